@@ -1,0 +1,190 @@
+"""Every error the API returns is RFC 9457 problem+json, produced here and nowhere else.
+
+Exception tree::
+
+    Problem                 any error with an HTTP status; routes raise its subclasses
+    ├── Unauthenticated     401: missing or unknown bearer token
+    ├── NotFound            404: unknown resource, or another account's prediction
+    ├── InvalidRequest      400: malformed JSON or a body of the wrong shape
+    ├── InvalidInput        422: a field failed validation (``errors`` names each field)
+    ├── Conflict            409: the request collides with one still in progress (may carry
+    │                            Retry-After), e.g. a create reusing an ``Idempotency-Key``
+    ├── PayloadTooLarge     413: body over ``max_body_bytes``
+    └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    status = 500
+    title = "Internal Server Error"
+    type = "about:blank"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.errors = errors
+        self.headers = headers or {}
+
+
+class Unauthenticated(Problem):
+    status = 401
+    title = "Unauthenticated"
+
+    def __init__(self, detail: str = "You did not pass a valid authentication token") -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class NotFound(Problem):
+    status = 404
+    title = "Not found"
+
+
+class InvalidRequest(Problem):
+    status = 400
+    title = "Invalid request"
+
+
+class InvalidInput(Problem):
+    status = 422
+    title = "Invalid input"
+
+
+class Conflict(Problem):
+    status = 409
+    title = "Conflict"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        errors: list[dict[str, Any]] | None = None,
+        retry_after: int | None = None,
+    ) -> None:
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        super().__init__(detail, errors=errors, headers=headers)
+
+
+class PayloadTooLarge(Problem):
+    status = 413
+    title = "Request body too large"
+
+
+class Unavailable(Problem):
+    status = 503
+    title = "Service unavailable"
+
+    def __init__(self, detail: str, retry_after: int = 5) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)})
+
+
+def problem_response(
+    status: int,
+    title: str,
+    detail: str,
+    *,
+    instance: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+    type: str = "about:blank",
+) -> JSONResponse:
+    body: dict[str, Any] = {"type": type, "title": title, "status": status, "detail": detail}
+    if instance:
+        body["instance"] = instance
+    if errors:
+        body["errors"] = errors
+    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    return ".".join(parts) or "body"
+
+
+async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, Problem)
+    return problem_response(
+        exc.status,
+        exc.title,
+        exc.detail,
+        instance=request.url.path,
+        errors=exc.errors,
+        headers=exc.headers,
+    )
+
+
+async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"field": _field(tuple(e["loc"])), "message": e["msg"]} for e in exc.errors()]
+    if any(e.get("type") == "json_invalid" for e in exc.errors()):
+        return problem_response(
+            400,
+            "Invalid request",
+            "The body is not valid JSON.",
+            instance=request.url.path,
+            errors=errors,
+        )
+    detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+    return problem_response(
+        422, "Invalid request", detail, instance=request.url.path, errors=errors
+    )
+
+
+async def _on_http(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
+    return problem_response(
+        exc.status_code,
+        title,
+        str(exc.detail),
+        instance=request.url.path,
+        headers=dict(exc.headers or {}),
+    )
+
+
+async def _on_backend(request: Request, exc: Exception) -> JSONResponse:
+    log.warning("backend unavailable on %s: %r", request.url.path, exc)
+    which = "database" if isinstance(exc, DBAPIError) else "queue"
+    return problem_response(
+        503,
+        "Service unavailable",
+        f"The {which} is unreachable; retry shortly.",
+        instance=request.url.path,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s", request.url.path)
+    return problem_response(
+        500, "Internal Server Error", "An unexpected error occurred.", instance=request.url.path
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(Problem, _on_problem)
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(DBAPIError, _on_backend)
+    app.add_exception_handler(RedisError, _on_backend)
+    app.add_exception_handler(Exception, _on_unexpected)

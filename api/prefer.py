@@ -1,0 +1,83 @@
+"""``Prefer: wait[=N]``: hold a create request until the prediction is done or N seconds pass.
+
+The wait reads the prediction's event stream (no Postgres polling) and races the client's
+disconnect: a client that goes away ends the wait, never the prediction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from starlette.requests import Request
+
+from api.errors import InvalidRequest
+from tracker.events import EventLog, EventType
+
+MAX_WAIT = 60
+
+
+def parse_wait(header: str | None) -> tuple[int, str] | None:
+    """The wait in seconds and the ``Preference-Applied`` value, or None without ``wait``."""
+    if not header:
+        return None
+    for preference in header.split(","):
+        name, _, value = preference.strip().partition("=")
+        if name.strip().lower() != "wait":
+            continue
+        if not value:
+            return MAX_WAIT, "wait"
+        value = value.strip().strip('"')
+        if not value.isdigit() or not 1 <= int(value) <= MAX_WAIT:
+            raise InvalidRequest(
+                f"Prefer: wait must be between 1 and {MAX_WAIT} seconds, got {value!r}",
+                errors=[{"field": "Prefer", "message": f"wait must be 1..{MAX_WAIT}"}],
+            )
+        return int(value), f"wait={int(value)}"
+    return None
+
+
+class Done:
+    """The wait ended with the prediction finished; ``prediction`` is its final JSON when the
+    ``done`` event carried it."""
+
+    def __init__(self, prediction: str | None) -> None:
+        self.prediction = prediction
+
+
+async def wait_for_done(events: EventLog, prediction_id: str, seconds: float) -> Done | None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    after = "0"
+    while True:
+        remaining_ms = int((deadline - loop.time()) * 1000)
+        if remaining_ms <= 0:  # BLOCK 0 would mean "forever"
+            return None
+        for event in await events.read(prediction_id, after, block_ms=remaining_ms):
+            after = event.id
+            if event.type is EventType.DONE:
+                return Done(event.prediction)
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def wait_or_disconnect(
+    request: Request, events: EventLog, prediction_id: str, seconds: float
+) -> Done | bool:
+    """``Done`` when done, False when the wait ran out, True when the client went away."""
+    waiter = asyncio.ensure_future(wait_for_done(events, prediction_id, seconds))
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (waiter, watcher):
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    if waiter.done() and not waiter.cancelled():
+        return waiter.result() or False
+    return True

@@ -1,0 +1,149 @@
+"""Prediction routes: thin; the logic lives in ``api.serving``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+
+from api import serving
+from api.deadlines import parse_cancel_after
+from api.deps import AccountDep, Resources, ResourcesDep
+from api.idempotency import from_request
+from api.prefer import Done, parse_wait, wait_or_disconnect
+from api.priority import parse_priority_header
+from api.protocol import PredictionCreate
+from api.responses import FastJSONResponse
+from api.timing import timing_headers
+from tracker.render import prediction_urls, render_prediction
+from tracker.states import Status
+
+router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
+
+
+async def _created(
+    request: Request,
+    resources: Resources,
+    account: AccountDep,
+    destination: serving.Destination,
+    body: PredictionCreate,
+) -> FastJSONResponse:
+    began = time.perf_counter()
+    wait = parse_wait(request.headers.get("prefer"))
+    cancel_after = parse_cancel_after(request.headers.get("cancel-after"))
+    priority = parse_priority_header(request.headers.get("x-priority"))
+    idempotency = from_request(
+        request.headers.get("idempotency-key"),
+        account.id,
+        version_id=destination.version.id,
+        deployment=destination.deployment,
+        body=body,
+        cancel_after=cancel_after,
+        priority=priority,
+    )
+    row, replayed = await serving.create(
+        resources, account, destination, body, cancel_after, idempotency, priority
+    )
+    base = resources.base_url(request)
+    headers: dict[str, str] = {"Idempotent-Replayed": "true"} if replayed else {}
+    if wait is None:
+        return _respond(render_prediction(row, base), headers)
+    seconds, applied = wait
+    headers["Preference-Applied"] = applied
+    prediction = await _waited(request, resources, account, row, base, seconds)
+    forward = resources.settings.remote_time_forwarding
+    headers.update(timing_headers(prediction, time.perf_counter() - began, forward))
+    return _respond(prediction, headers)
+
+
+async def _waited(
+    request: Request,
+    resources: Resources,
+    account: AccountDep,
+    row: Mapping[Any, Any],
+    base: str,
+    seconds: int,
+) -> dict[str, Any]:
+    """The prediction as a ``Prefer: wait`` create answers it, after waiting up to ``seconds``."""
+    # A replay waits like the first request did, unless its prediction already finished.
+    waited = Status(row["status"]).is_terminal or await wait_or_disconnect(
+        request, resources.events, row["id"], seconds
+    )
+    if isinstance(waited, Done) and waited.prediction is not None:
+        finished: dict[str, Any] = orjson.loads(waited.prediction)  # as written: no re-read
+        finished["urls"] = prediction_urls(base, finished["id"])
+        return finished
+    if waited is False:
+        # Replicate's rule, which the official clients rely on: a wait that ends before
+        # the prediction does answers "starting"; anything else reads as final.
+        row = {**(await serving.get(resources, account, row["id"])), "status": "starting"}
+    elif waited is not True:
+        row = await serving.get(resources, account, row["id"])
+    return render_prediction(row, base)
+
+
+def _respond(prediction: dict[str, Any], headers: dict[str, str]) -> FastJSONResponse:
+    headers["Location"] = prediction["urls"]["get"]
+    return FastJSONResponse(prediction, status_code=201, headers=headers)
+
+
+@router.post("/predictions", status_code=201)
+async def create_prediction(
+    request: Request, body: PredictionCreate, account: AccountDep, resources: ResourcesDep
+) -> FastJSONResponse:
+    destination = await serving.resolve_version_field(resources, body.version)
+    return await _created(request, resources, account, destination, body)
+
+
+@router.post("/models/{owner}/{name}/predictions", status_code=201)
+async def create_model_prediction(
+    request: Request,
+    owner: str,
+    name: str,
+    body: PredictionCreate,
+    account: AccountDep,
+    resources: ResourcesDep,
+) -> FastJSONResponse:
+    destination = await serving.resolve_model(resources, owner, name)
+    return await _created(request, resources, account, destination, body)
+
+
+@router.post("/deployments/{owner}/{name}/predictions", status_code=201)
+async def create_deployment_prediction(
+    request: Request,
+    owner: str,
+    name: str,
+    body: PredictionCreate,
+    account: AccountDep,
+    resources: ResourcesDep,
+) -> FastJSONResponse:
+    destination = await serving.resolve_deployment(resources, owner, name)
+    return await _created(request, resources, account, destination, body)
+
+
+@router.get("/predictions")
+async def list_predictions(
+    request: Request, account: AccountDep, resources: ResourcesDep, cursor: str | None = None
+) -> FastJSONResponse:
+    base = resources.base_url(request)
+    return FastJSONResponse(await serving.list_page(resources, account, base, cursor))
+
+
+@router.get("/predictions/{prediction_id}")
+async def get_prediction(
+    request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
+) -> FastJSONResponse:
+    row = await serving.get(resources, account, prediction_id)
+    return FastJSONResponse(render_prediction(row, resources.base_url(request)))
+
+
+@router.post("/predictions/{prediction_id}/cancel")
+async def cancel_prediction(
+    request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
+) -> FastJSONResponse:
+    base = resources.base_url(request)
+    row = await serving.cancel(resources, account, prediction_id, base)
+    return FastJSONResponse(render_prediction(row, base))

@@ -1,0 +1,253 @@
+"""Prediction use cases behind the routes: resolve, validate, store, enqueue, cancel, list."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from redis.exceptions import RedisError
+from sqlalchemy.engine import RowMapping
+
+from api.deps import Resources
+from api.errors import InvalidInput, NotFound, Unavailable
+from api.idempotency import Idempotency
+from api.pagination import decode_cursor, encode_cursor
+from api.protocol import PredictionCreate
+from api.validation import check_input
+from director.queue import Target
+from tracker import store
+from tracker.catalog import AccountInfo, VersionInfo
+from tracker.db import autocommit
+from tracker.ids import new_prediction_id
+from tracker.priority import Priority
+from tracker.render import render_prediction
+from tracker.ssrf import BlockedAddress, check_webhook_url
+from tracker.states import Status
+from tracker.store import NewPrediction, PageKey
+
+log = logging.getLogger(__name__)
+
+VERSION_ID = re.compile(r"^[0-9a-f]{64}$")
+QUALIFIED_VERSION = re.compile(r"^(?P<owner>[^/\s]+)/(?P<name>[^/:\s]+):(?P<id>[0-9a-f]{64})$")
+MODEL_NAME = re.compile(r"^(?P<owner>[^/\s:]+)/(?P<name>[^/\s:]+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """What a create request resolved to."""
+
+    version: VersionInfo
+    validator: Any
+    target: Target
+    deployment_id: int | None = None
+    deployment: str | None = None
+
+
+async def resolve_version_field(resources: Resources, version: str | None) -> Destination:
+    """``version`` on ``POST /v1/predictions``: a 64-hex id, ``owner/name:id`` or ``owner/name``."""
+    if not version:
+        raise InvalidInput("version is required", errors=[_err("version", "Field required")])
+    qualified = QUALIFIED_VERSION.match(version)
+    if qualified:
+        return await _version_destination(
+            resources, qualified["id"], qualified["owner"], qualified["name"]
+        )
+    if VERSION_ID.match(version):
+        return await _version_destination(resources, version, None, None)
+    named = MODEL_NAME.match(version)
+    if named:
+        return await resolve_model(resources, named["owner"], named["name"], field="version")
+    raise InvalidInput(
+        "version must be a 64-character version id, owner/name:version_id or owner/name",
+        errors=[_err("version", "not a version id")],
+    )
+
+
+async def _version_destination(
+    resources: Resources, version_id: str, owner: str | None, name: str | None
+) -> Destination:
+    found = await resources.catalog.version(version_id)
+    if found is None or (owner is not None and found[0].model != f"{owner}/{name}"):
+        raise InvalidInput(
+            f"Version {version_id} does not exist", errors=[_err("version", "unknown version")]
+        )
+    info, validator = found
+    if not info.deployed:
+        raise InvalidInput(
+            f"Version {version_id} of {info.model} is not run by any deployment",
+            errors=[_err("version", "no deployment runs this version")],
+        )
+    return Destination(info, validator, Target("vp", info.id, info.shards))
+
+
+async def resolve_model(
+    resources: Resources, owner: str, name: str, field: str | None = None
+) -> Destination:
+    model = await resources.catalog.model(owner, name)
+    if model is None or model.latest_version_id is None:
+        message = f"Model {owner}/{name} does not exist or has no versions"
+        if field:
+            raise InvalidInput(message, errors=[_err(field, "unknown model")])
+        raise NotFound(message)
+    return await _version_destination(resources, model.latest_version_id, None, None)
+
+
+async def resolve_deployment(resources: Resources, owner: str, name: str) -> Destination:
+    deployment = await resources.catalog.deployment(owner, name)
+    if deployment is None:
+        raise NotFound(f"Deployment {owner}/{name} does not exist")
+    found = await resources.catalog.version(deployment.version_id)
+    if found is None:
+        raise NotFound(f"Deployment {owner}/{name} runs a version that no longer exists")
+    info, validator = found
+    return Destination(
+        info,
+        validator,
+        Target("dp", deployment.full_name, deployment.shards),
+        deployment_id=deployment.id,
+        deployment=deployment.full_name,
+    )
+
+
+async def create(
+    resources: Resources,
+    account: AccountInfo,
+    destination: Destination,
+    body: PredictionCreate,
+    cancel_after: timedelta | None = None,
+    idempotency: Idempotency | None = None,
+    priority: Priority | None = None,
+) -> tuple[RowMapping, bool]:
+    """Validate, commit the row, then append to the queue: a 201 is never lost.
+
+    Returns the row and whether it is a replay: with ``idempotency``, a key already used for
+    the same request gives back that prediction, and nothing is stored or queued.
+    """
+    check_input(destination.validator, body.input)
+    webhook, events = body.webhook, body.webhook_events_filter
+    if webhook is None and body.webhook_completed:
+        webhook, events = body.webhook_completed, ["completed"]
+    if webhook is not None:
+        try:
+            check_webhook_url(webhook, resources.webhooks.allow)
+        except BlockedAddress as error:
+            raise InvalidInput(str(error), errors=[_err("webhook", str(error))]) from error
+    target = destination.target
+    new = NewPrediction(
+        id=new_prediction_id(),
+        account_id=account.id,
+        model=destination.version.model,
+        version_id=destination.version.id,
+        deployment_id=destination.deployment_id,
+        deployment=destination.deployment,
+        input=body.input,
+        webhook=webhook,
+        webhook_events_filter=list(events) if events is not None else None,
+        stream=f"{target.kind}-{target.key}",
+        deadline=datetime.now(UTC) + cancel_after if cancel_after else None,
+        priority=priority.value if priority is not None else None,
+    )
+    if idempotency is None:
+        async with autocommit(resources.engine).connect() as conn:  # one statement: atomic
+            row, replayed = await store.insert_prediction(conn, new), False
+    else:
+        async with resources.engine.begin() as conn:
+            row, replayed = await idempotency.insert_once(conn, new)
+    if replayed:
+        return row, True
+    _fault_crash_after_commit(resources.settings.fault_crash_after_commit)
+    try:
+        await resources.queue.enqueue(target.streams_for(account.id), new.id)
+    except RedisError as error:
+        log.error("prediction %s stored but not queued: %r", new.id, error)
+        if idempotency is not None:
+            # The key keeps naming this prediction (a retry with it gets this one back, never a
+            # second) and it stays queued-to-be: the reconciler enqueues it once Redis answers.
+            raise Unavailable(
+                "The queue is unreachable. The prediction was stored and will start when the "
+                "queue is back; retry with the same Idempotency-Key to get it."
+            ) from error
+        await _fail_unqueued(resources, new.id)
+        raise Unavailable("The queue is unreachable; the prediction was not started.") from error
+    return row, False
+
+
+def _fault_crash_after_commit(probability: float) -> None:
+    """Fault drill hook: die between COMMIT and XADD, the window the reconciler covers."""
+    if probability and random.random() < probability:
+        log.error("fault drill: exiting between commit and enqueue")
+        os._exit(86)
+
+
+async def _fail_unqueued(resources: Resources, prediction_id: str) -> None:
+    """Close a row whose enqueue failed, so it is never left looking queued."""
+    await store.finish(
+        resources.engine, prediction_id, 0, Status.FAILED, error="the queue was unreachable"
+    )
+
+
+async def cancel(
+    resources: Resources, account: AccountInfo, prediction_id: str, base_url: str
+) -> RowMapping:
+    row, canceled_now = await store.request_cancel(
+        resources.engine, account.id, prediction_id, base_url
+    )
+    if row is None:
+        raise NotFound(f"Prediction {prediction_id} not found")
+    if not Status(row["status"]).is_terminal:
+        await resources.queue.publish_cancel(prediction_id)
+    elif canceled_now:
+        # Canceled here while still queued: this process tells the world.
+        await resources.events.finish(prediction_id, row["status"], None)
+        resources.dispatcher.wake()
+    return row
+
+
+async def get(resources: Resources, account: AccountInfo, prediction_id: str) -> RowMapping:
+    row = await store.get_for_account(resources.engine, account.id, prediction_id)
+    if row is None:
+        raise NotFound(f"Prediction {prediction_id} not found")
+    return row
+
+
+async def list_page(
+    resources: Resources, account: AccountInfo, base_url: str, cursor: str | None
+) -> dict[str, Any]:
+    limit = resources.settings.page_size
+    after: PageKey | None = None
+    before: PageKey | None = None
+    if cursor:
+        key, direction = decode_cursor(cursor)
+        after, before = (key, None) if direction == "next" else (None, key)
+    rows = await store.list_for_account(
+        resources.engine, account.id, after=after, before=before, limit=limit + 1
+    )
+    more = len(rows) > limit
+    if before is not None:
+        rows = rows[1:] if more else rows
+        has_next, has_previous = True, more
+    else:
+        rows = rows[:limit]
+        has_next, has_previous = more, after is not None
+    url = f"{base_url}/v1/predictions?cursor="
+    next_url = previous_url = None
+    if rows and has_next:
+        next_url = url + encode_cursor(PageKey(rows[-1]["created_at"], rows[-1]["id"]), "next")
+    if rows and has_previous:
+        previous_url = url + encode_cursor(
+            PageKey(rows[0]["created_at"], rows[0]["id"]), "previous"
+        )
+    return {
+        "next": next_url,
+        "previous": previous_url,
+        "results": [render_prediction(row, base_url) for row in rows],
+    }
+
+
+def _err(field: str, message: str) -> dict[str, str]:
+    return {"field": field, "message": message}

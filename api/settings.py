@@ -1,0 +1,43 @@
+"""API settings, from ``CONDUIT_API_*``, ``DATABASE_URL`` and ``REDIS_URL``."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ApiSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CONDUIT_API_", extra="ignore")
+
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/conduit",
+        validation_alias=AliasChoices("DATABASE_URL", "CONDUIT_DATABASE_URL"),
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "CONDUIT_REDIS_URL")
+    )
+    #: Absolute base of the URLs the API hands out (``urls.get``, pagination cursors). Derived
+    #: from each request's Host when unset; set it behind a proxy.
+    public_url: str | None = Field(
+        None, validation_alias=AliasChoices("CONDUIT_API_PUBLIC_URL", "CONDUIT_PUBLIC_URL")
+    )
+    #: Seconds a finished prediction's event stream is kept for SSE replay.
+    events_retention: int = 3600
+    #: Seconds between SSE heartbeat comments on an idle stream.
+    sse_ping: int = 15
+    #: Largest accepted request body, in bytes; larger ones get 413.
+    max_body_bytes: int = 10 * 1024 * 1024
+    #: Seconds that tokens, models, versions and deployments are cached in each process.
+    cache_ttl: float = 5.0
+    page_size: int = Field(100, ge=1, le=1000)
+    db_pool_size: int = 10
+    #: On ``Prefer: wait`` responses of finished predictions, also report the runner's time
+    #: (``X-Remote-Processing-Time``, and per run ``X-Remote-Processing-Times``).
+    remote_time_forwarding: bool = Field(
+        False,
+        validation_alias=AliasChoices(
+            "CONDUIT_REMOTE_TIME_FORWARDING", "CONDUIT_API_REMOTE_TIME_FORWARDING"
+        ),
+    )
+    #: Fault drills only: probability of exiting between a create's COMMIT and its enqueue.
+    fault_crash_after_commit: float = Field(0.0, ge=0.0, le=1.0)

@@ -1,0 +1,1 @@
+"""Benchmarks of a real Conduit stack on this machine; see bench/README.md."""

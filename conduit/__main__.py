@@ -1,0 +1,3 @@
+from conduit.cli import main
+
+main()

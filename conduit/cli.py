@@ -1,0 +1,226 @@
+"""``conduit``: migrate, api, runner, director, admin and dev, each a subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """Run on uvloop where it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(main)
+
+
+def database_url() -> str:
+    from api.settings import ApiSettings
+
+    return ApiSettings().database_url
+
+
+def migrate(url: str | None = None) -> None:
+    from alembic.config import Config
+
+    from alembic import command
+
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "alembic"))
+    config.set_main_option("sqlalchemy.url", (url or database_url()).replace("%", "%%"))
+    command.upgrade(config, "head")
+
+
+def _with_engine(work: Callable[[Any], Awaitable[T]]) -> T:
+    from tracker.db import make_engine
+
+    async def main() -> T:
+        engine = make_engine(database_url(), pool_size=2)
+        try:
+            return await work(engine)
+        finally:
+            await engine.dispose()
+
+    return run_async(main())
+
+
+def cmd_migrate(args: argparse.Namespace) -> None:
+    migrate()
+    print("database migrated to head")
+
+
+def cmd_api(args: argparse.Namespace) -> None:
+    import uvicorn
+
+    from api.app import create_app
+    from api.settings import ApiSettings
+
+    uvicorn.run(
+        create_app(ApiSettings()),
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+    )
+
+
+def cmd_runner(args: argparse.Namespace) -> None:
+    from runners.server import serve
+
+    model_args = {"model": args.weights} if args.weights else {}
+    serve(args.model, args.host, args.port, args.concurrency, model_args)
+
+
+def cmd_director(args: argparse.Namespace) -> None:
+    from director.process import serve
+    from director.settings import DirectorSettings
+
+    overrides: dict[str, Any] = {"deployment": args.deployment}
+    if args.runner_url:
+        overrides["runner_url"] = args.runner_url
+    if args.concurrency:
+        overrides["concurrency"] = args.concurrency
+    settings = DirectorSettings(**overrides)
+    run_async(serve(settings))
+
+
+def cmd_create_account(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    print(_with_engine(lambda engine: admin.create_account(engine, args.name)))
+
+
+def cmd_create_model(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    print(_with_engine(lambda engine: admin.create_model(engine, args.name, args.runner_url)))
+
+
+def cmd_create_deployment(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    deployment = _with_engine(
+        lambda engine: admin.create_deployment(
+            engine,
+            args.name,
+            args.model,
+            args.version,
+            args.shards,
+            args.prediction_timeout,
+            args.max_attempts,
+            args.priority,
+        )
+    )
+    print(f"{deployment.full_name} release {deployment.release_number}: {deployment.version_id}")
+
+
+def cmd_op_token(args: argparse.Namespace) -> None:
+    from runners.optokens import issue, read_key
+
+    signers = [name.strip() for name in args.signers.split(",") if name.strip()]
+    print(issue(read_key(args.key_file), args.operation, args.model, signers))
+
+
+def cmd_dev(args: argparse.Namespace) -> None:
+    from conduit.dev import run_dev
+
+    sys.exit(run_dev(port=args.port))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="conduit", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+
+    api = sub.add_parser("api", help="serve the public API")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    api.set_defaults(func=cmd_api)
+
+    runner = sub.add_parser("runner", help="serve a model with Cog's HTTP protocol")
+    runner.add_argument("model", help="model name, e.g. echo")
+    runner.add_argument("--host", default="127.0.0.1")
+    runner.add_argument("--port", type=int, default=int(os.environ.get("PORT", "5000")))
+    runner.add_argument("--concurrency", type=int, default=1)
+    runner.add_argument(
+        "--model",
+        dest="weights",
+        help="what the model serves, for models that take it (vllm: a local path or model id)",
+    )
+    runner.set_defaults(func=cmd_runner)
+
+    director = sub.add_parser("director", help="run predictions of one deployment on a runner")
+    director.add_argument("--deployment", required=True, metavar="OWNER/NAME")
+    director.add_argument("--runner-url")
+    director.add_argument("--concurrency", type=int)
+    director.set_defaults(func=cmd_director)
+
+    admin = sub.add_parser("admin", help="manage accounts, models and deployments")
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True)
+    account = admin_sub.add_parser("create-account", help="create an account; prints a token")
+    account.add_argument("name")
+    account.set_defaults(func=cmd_create_account)
+    model = admin_sub.add_parser("create-model", help="register a model version from a runner")
+    model.add_argument("name", metavar="OWNER/NAME")
+    model.add_argument("--runner-url", required=True)
+    model.set_defaults(func=cmd_create_model)
+    deployment = admin_sub.add_parser("create-deployment", help="create or update a deployment")
+    deployment.add_argument("name", metavar="OWNER/NAME")
+    deployment.add_argument("--model", required=True, metavar="OWNER/NAME")
+    deployment.add_argument("--version", help="version id (default: the model's latest)")
+    deployment.add_argument("--shards", type=int, default=8)
+    deployment.add_argument(
+        "--prediction-timeout", type=float, default=1800.0, help="seconds (default 30 min)"
+    )
+    deployment.add_argument(
+        "--max-attempts",
+        type=int,
+        default=1,
+        help="runs a prediction may start; >1 re-runs one interrupted by a director's death",
+    )
+    deployment.add_argument(
+        "--priority",
+        choices=["high", "normal", "low"],
+        default="normal",
+        help="X-Priority sent to the runner unless a request sets its own (default normal)",
+    )
+    deployment.set_defaults(func=cmd_create_deployment)
+    op_token = admin_sub.add_parser(
+        "op-token", help="mint a signed token for one runner lifecycle call"
+    )
+    op_token.add_argument(
+        "--operation", required=True, choices=["model-load", "model-unload", "cache-flush"]
+    )
+    op_token.add_argument("--model", help="model id (omit for calls that name no model)")
+    op_token.add_argument("--signers", required=True, metavar="NAME,NAME")
+    op_token.add_argument("--key-file", required=True, help="the runner's op-token key")
+    op_token.set_defaults(func=cmd_op_token)
+
+    dev = sub.add_parser("dev", help="the whole stack on this machine, for a first run")
+    dev.add_argument("--port", type=int, default=8000)
+    dev.set_defaults(func=cmd_dev)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(
+        level=os.environ.get("CONDUIT_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    args = build_parser().parse_args(argv)
+    args.func(args)

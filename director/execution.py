@@ -1,0 +1,271 @@
+"""Running one claimed prediction attempt on the runner, start to terminal state.
+
+Starts the prediction, follows the runner's webhooks, forwards cancels, enforces the two
+limits, and writes the terminal state through the tracker. The limits: the deployment's
+prediction timeout (passing it *fails* the prediction, as Replicate's 30-minute timeout does)
+and the client's ``Cancel-After`` deadline (passing it *cancels* the prediction, or *aborts*
+one that never started). A runner that stops answering its health check while a prediction
+runs is an infrastructure failure (``RunnerError``): the entry stays pending.
+
+A runner that refuses a start (busy, queue full, rate limited, still setting up) never fails
+the prediction by itself: the start is offered again after its ``Retry-After`` (or a backoff)
+for as long as the limits allow. If they pass first, the error says what the runner kept
+answering. Accepted may mean queued inside the runner; the ``start`` webhook marks processing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any, Literal
+
+from sqlalchemy.engine import RowMapping
+
+from director import metrics
+from director.backoff import StartBackoff
+from director.receiver import Inflight
+from director.runner_client import InputRejected, RunnerClient, RunnerError, RunnerRefused
+from director.runner_monitor import RunnerMonitor
+from runners.protocol import PredictionResponse, RunnerStatus
+from tracker.states import Status
+from tracker.tracker import AttemptTracker
+from tracker.usage import RunnerTimes
+
+log = logging.getLogger(__name__)
+
+_TERMINAL = {
+    RunnerStatus.SUCCEEDED: Status.SUCCEEDED,
+    RunnerStatus.FAILED: Status.FAILED,
+    RunnerStatus.CANCELED: Status.CANCELED,
+}
+Interruption = Literal["cancel", "limit", "quiet"]
+
+
+class Execution:
+    def __init__(
+        self,
+        *,
+        runner: RunnerClient,
+        tracker: AttemptTracker,
+        inflight: Inflight,
+        webhook: str,
+        timeout: float,
+        cancel_in: float | None = None,
+        cancel_grace: float,
+        monitor: RunnerMonitor,
+        on_cancel_ignored: Callable[[], None] | None = None,
+        priority: str = "normal",
+        backoff: StartBackoff | None = None,
+    ) -> None:
+        self.runner = runner
+        self.tracker = tracker
+        self.inflight = inflight
+        self.webhook = webhook
+        self.timeout = timeout
+        self.cancel_grace = cancel_grace
+        self.monitor = monitor
+        self.generation = monitor.generation
+        self.on_cancel_ignored = on_cancel_ignored
+        self.priority = priority
+        self.backoff = backoff or StartBackoff()
+        self.prediction_id = tracker.prediction_id
+        self.tenant = str(tracker.state["account_id"])
+        self._loop = asyncio.get_running_loop()
+        now = self._loop.time()
+        # Which limit comes first decides what passing it means.
+        self._by_deadline = cancel_in is not None and cancel_in < timeout
+        self._limit_at = now + (cancel_in if self._by_deadline and cancel_in else timeout)
+        self._limit_hit = False
+        #: Why the runner has not taken the prediction yet, and since when (loop time).
+        self._held_back: tuple[str, str] | None = None  # (metric reason, how it reads)
+        self._held_since: float | None = None
+        #: When the runner accepted it (loop time); it may queue it before running it.
+        self._accepted_at: float | None = None
+
+    @property
+    def timeout_error(self) -> str:
+        return f"Prediction timed out after {self.timeout:g} seconds"
+
+    def _not_started_error(self) -> str | None:
+        """Why a prediction whose limit passed never started, as its error."""
+        now = self._loop.time()
+        if self._accepted_at is not None:
+            why = f"it waited in the runner's queue for {now - self._accepted_at:.1f}s"
+        elif self._held_back is not None and self._held_since is not None:
+            why = f"runner stayed {self._held_back[1]} for {now - self._held_since:.1f}s"
+        elif self._by_deadline:
+            return None  # the deadline passed before this director got to it
+        else:
+            return f"{self.timeout_error} before it could start"
+        limit = "deadline passed" if self._by_deadline else f"timed out after {self.timeout:g}s"
+        return f"{why}; prediction {limit} before it could start"
+
+    async def _finish_at_limit(self) -> RowMapping | None:
+        """The limit passed: canceled or failed if the model ran, aborted or failed if not."""
+        started = self.tracker.status is not Status.STARTING
+        if started:
+            if self._by_deadline:
+                return await self.tracker.finish(Status.CANCELED)
+            return await self.tracker.finish(Status.FAILED, error=self.timeout_error)
+        if self._held_back is not None and self._accepted_at is None:
+            metrics.NOT_STARTED.labels(self._held_back[0]).inc()
+        status = Status.ABORTED if self._by_deadline else Status.FAILED
+        return await self.tracker.finish(status, error=self._not_started_error())
+
+    async def run(self, input: dict[str, Any]) -> RowMapping | None:
+        try:
+            started = await self._start(input)
+        except InputRejected as rejected:
+            return await self.tracker.finish(
+                Status.FAILED, error=f"Invalid input: {rejected.detail}"
+            )
+        if not started:
+            if self.inflight.cancel.is_set():
+                return await self.tracker.finish(Status.CANCELED)
+            return await self._finish_at_limit()
+        try:
+            return await self._follow()
+        except _Lost:
+            log.warning("%s was reclaimed by another director; stopping here", self.prediction_id)
+            return None
+
+    async def _start(self, input: dict[str, Any]) -> bool:
+        """Hand the prediction to the runner. False if canceled or out of time before it took it.
+
+        Refusals are offered again after the runner's ``Retry-After`` (or a backoff); an
+        unreachable runner too, until the limit (it may be restarting), unless the monitor
+        counts it gone: then the failure is left to the queue's retry.
+        """
+        attempt = 0
+        while True:
+            if self.inflight.cancel.is_set() or self._loop.time() >= self._limit_at:
+                return False
+            retry_after: float | None = None
+            try:
+                await self.runner.start(
+                    self.prediction_id,
+                    input,
+                    self.webhook,
+                    tenant=self.tenant,
+                    priority=self.priority,
+                )
+                self._accepted_at = self._loop.time()
+                return True
+            except RunnerRefused as refusal:
+                metrics.RUNNER_REFUSALS.labels(refusal.reason).inc()
+                self._hold(refusal.reason, refusal.state, refusal)
+                retry_after = refusal.retry_after
+            except RunnerError as error:
+                # Restarting runners come back within seconds; one that stays away is gone,
+                # and the entry goes back to the queue's retry.
+                if self.monitor.gone:
+                    raise
+                self._hold("unreachable", "unreachable", error)
+            wait = self.backoff.delay(attempt, retry_after)
+            attempt += 1
+            remaining = max(0.0, self._limit_at - self._loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.inflight.cancel.wait(), min(wait, remaining))
+            if wait >= remaining:
+                # No offer before the runner's wait is over: a timer that fires a hair early
+                # must not sneak in one more start just short of the deadline.
+                return False
+
+    def _hold(self, reason: str, state: str, error: RunnerError) -> None:
+        if self._held_back is None or self._held_back[0] != reason:
+            log.info("runner not taking %s yet (%s): %s", self.prediction_id, reason, error)
+        self._held_back = (reason, state)
+        if self._held_since is None:
+            self._held_since = self._loop.time()
+
+    async def _follow(self) -> RowMapping | None:
+        grace_until: float | None = None
+        while True:
+            limit = self._limit_at if grace_until is None else grace_until
+            wait = min(limit - self._loop.time(), self.monitor.interval)
+            news = await self._next(wait, watch_cancel=grace_until is None)
+            if isinstance(news, PredictionResponse):
+                result = await self._apply(news)
+                if isinstance(result, bool):
+                    return None  # fenced out: another attempt or a cancel owns it now
+                if result is not None:
+                    return result
+            elif news == "quiet" and self._loop.time() < limit:
+                if self.monitor.generation != self.generation:
+                    raise RunnerError(f"runner lost {self.prediction_id} (died or restarted)")
+            elif grace_until is None:
+                self._limit_hit = news != "cancel"
+                await self._cancel_on_runner()
+                grace_until = self._loop.time() + self.cancel_grace
+            else:
+                return await self._cancel_ignored()
+
+    async def _cancel_ignored(self) -> RowMapping | None:
+        """The runner never confirmed the cancel: record the outcome ourselves, and stop
+        giving this runner work until it is healthy again."""
+        if self.on_cancel_ignored is not None:
+            self.on_cancel_ignored()
+        if self._limit_hit:
+            return await self._finish_at_limit()
+        return await self.tracker.finish(Status.CANCELED)
+
+    async def _next(self, seconds: float, watch_cancel: bool) -> PredictionResponse | Interruption:
+        """The next runner snapshot, or why none came: "cancel", or "quiet" (nothing within
+        ``seconds``; the caller decides whether that means its limit passed)."""
+        if self.inflight.lost:
+            raise _Lost
+        if not self.inflight.snapshots.empty():
+            return self.inflight.snapshots.get_nowait()
+        if watch_cancel and self.inflight.cancel.is_set():
+            return "cancel"
+        getter = asyncio.ensure_future(self.inflight.snapshots.get())
+        waiters: set[asyncio.Future[Any]] = {getter}
+        canceller = None
+        if watch_cancel:
+            canceller = asyncio.ensure_future(self.inflight.cancel.wait())
+            waiters.add(canceller)
+        done, _ = await asyncio.wait(
+            waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED
+        )
+        if canceller is not None:
+            canceller.cancel()
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        if canceller is not None and canceller in done:
+            return "cancel"
+        return "quiet" if seconds > 0 else "limit"
+
+    async def _apply(self, snapshot: PredictionResponse) -> RowMapping | bool | None:
+        """Apply one snapshot. Returns the terminal row, True if fenced out, None to go on."""
+        if snapshot.status is RunnerStatus.PROCESSING and not await self.tracker.started():
+            await self._cancel_on_runner()
+            return True
+        await self.tracker.progress(snapshot.output, snapshot.logs)
+        if not snapshot.status.is_terminal:
+            return None
+        status = _TERMINAL[snapshot.status]
+        error = snapshot.error
+        times = RunnerTimes.from_metrics(snapshot.metrics)
+        if self._limit_hit and self.tracker.status is Status.STARTING and not times.predict_time:
+            # Canceled at the limit while still queued inside the runner: it never ran.
+            status = Status.ABORTED if self._by_deadline else Status.FAILED
+            error = self._not_started_error()
+        elif self._limit_hit and not self._by_deadline:
+            status, error = Status.FAILED, self.timeout_error
+        row = await self.tracker.finish(
+            status, output=snapshot.output, logs=snapshot.logs, error=error, times=times
+        )
+        return row if row is not None else True
+
+    async def _cancel_on_runner(self) -> None:
+        try:
+            await self.runner.cancel(self.prediction_id)
+        except RunnerError as error:
+            log.warning("cancel of %s not delivered to runner: %r", self.prediction_id, error)
+
+
+class _Lost(Exception):
+    """Another director reclaimed this entry (this one was presumed dead): stop quietly."""

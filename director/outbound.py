@@ -1,0 +1,53 @@
+"""What a director sends beyond its runner: prediction events and client webhooks."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tracker.deliveries import Dispatcher, wants
+from tracker.events import EventLog
+from tracker.intermediate import IntermediateSender
+from tracker.tables import Account
+from tracker.tracker import Publishing
+from tracker.webhooks import WebhookPolicy
+
+INTERMEDIATE_EVENTS = ("start", "output", "logs")
+
+
+class Outbound:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        events: EventLog,
+        policy: WebhookPolicy,
+        session: aiohttp.ClientSession,
+        dispatcher: Dispatcher,
+    ) -> None:
+        self.engine = engine
+        self.events = events
+        self.policy = policy
+        self.session = session
+        self.dispatcher = dispatcher
+        self._secrets: dict[int, str] = {}
+
+    async def publishing(self, row: Mapping[Any, Any]) -> Publishing:
+        webhooks = None
+        if any(wants(row, event) for event in INTERMEDIATE_EVENTS):
+            secret = await self._secret(row["account_id"])
+            webhooks = IntermediateSender(
+                self.session, self.policy, row["webhook"], secret, row["webhook_events_filter"]
+            )
+        return Publishing(self.events, self.policy.public_url, self.dispatcher, webhooks)
+
+    async def _secret(self, account_id: int) -> str:
+        # Secrets never change for an account; one read per account per process.
+        if account_id not in self._secrets:
+            query = select(Account.webhook_secret).where(Account.id == account_id)
+            async with self.engine.connect() as conn:
+                self._secrets[account_id] = (await conn.execute(query)).scalar_one()
+        return self._secrets[account_id]

@@ -1,0 +1,91 @@
+"""The director process: open its connections, wire the parts, handle signals."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import signal
+import socket
+
+import aiohttp
+
+from director.deployment import load_deployment
+from director.director import Director
+from director.maintenance import Maintenance
+from director.outbound import Outbound
+from director.queue import connect as connect_redis
+from director.receiver import Receiver
+from director.reconciler import Reconciler
+from director.runner_client import RunnerClient
+from director.settings import DirectorSettings
+from tracker.db import make_engine
+from tracker.deliveries import Dispatcher
+from tracker.events import EventLog
+from tracker.webhook_settings import WebhookSettings
+from tracker.webhooks import open_session
+
+log = logging.getLogger(__name__)
+
+
+def director_id(settings: DirectorSettings) -> str:
+    if settings.id:
+        return settings.id
+    digest = hashlib.sha256(f"{settings.deployment}|{settings.runner_url}".encode()).hexdigest()
+    return f"{socket.gethostname()}-{digest[:10]}"
+
+
+async def serve(settings: DirectorSettings) -> None:
+    engine = make_engine(settings.database_url, pool_size=settings.concurrency + 4)
+    redis = connect_redis(settings.redis_url)
+    timeout = aiohttp.ClientTimeout(total=30, connect=5)
+    session = aiohttp.ClientSession(
+        timeout=timeout, connector=aiohttp.TCPConnector(limit=settings.concurrency * 2 + 8)
+    )
+    receiver = Receiver(settings.receiver_host, settings.receiver_port, settings.receiver_url)
+    policy = WebhookSettings().policy(settings.public_url)
+    webhook_session = open_session(policy)
+    dispatcher = Dispatcher(engine, policy, webhook_session)
+    outbound = Outbound(
+        engine, EventLog(redis, settings.events_retention), policy, webhook_session, dispatcher
+    )
+    try:
+        dispatcher.start()
+        deployment = await load_deployment(engine, settings.deployment)
+        await receiver.start()
+        director = Director(
+            settings,
+            deployment,
+            engine,
+            redis,
+            RunnerClient(settings.runner_url, session),
+            receiver,
+            consumer=director_id(settings),
+            outbound=outbound,
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, director.stopping.set)
+        log.info(
+            "director %s for %s reading %d streams, runner %s, receiver %s",
+            director.consumer,
+            deployment.name,
+            len(director.streams),
+            settings.runner_url,
+            receiver.public_url,
+        )
+        maintenance = Maintenance(director)
+        maintenance.start()
+        reconciler = asyncio.create_task(Reconciler(director).run_forever())
+        try:
+            await director.run()
+        finally:
+            reconciler.cancel()
+            await maintenance.stop()
+    finally:
+        await dispatcher.stop()
+        await webhook_session.close()
+        await receiver.stop()
+        await session.close()
+        await redis.aclose()
+        await engine.dispose()

@@ -1,0 +1,193 @@
+"""The prediction queue on Redis Streams: key names, shuffle sharding, enqueue and ack.
+
+Every Redis key the queue uses is named here. The api imports this module (and only this one
+from ``director``) to enqueue; directors use it to read and acknowledge.
+
+Shuffle sharding: a deployable has S shard streams; each account hashes to k of them and the
+api appends to the shorter, so one account's flood fills at most k shards while directors read
+all S in rotating order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ResponseError
+
+GROUP = "directors"
+CANCEL_CHANNEL = "cancel:predictions"
+SHARDS_PER_ACCOUNT = 2
+
+# Pick the shortest of the account's shards and append, in one round trip.
+_ENQUEUE_SCRIPT = """
+local best = KEYS[1]
+local best_len = redis.call('XLEN', best)
+for i = 2, #KEYS do
+  local n = redis.call('XLEN', KEYS[i])
+  if n < best_len then best = KEYS[i]; best_len = n end
+end
+local entry = redis.call('XADD', best, '*', 'id', ARGV[1])
+return {best, entry}
+"""
+
+
+def deployment_stream(deployment: str, shard: int) -> str:
+    return f"input:prediction:dp-{deployment}:{shard}"
+
+
+def version_stream(version_id: str, shard: int) -> str:
+    return f"input:prediction:vp-{version_id}:{shard}"
+
+
+def dead_letter_stream(stream: str) -> str:
+    return f"dead:{stream}"
+
+
+def alive_key(consumer: str) -> str:
+    """Present while the director named ``consumer`` is alive (refreshed by its heartbeat)."""
+    return f"director:alive:{consumer}"
+
+
+def reconcile_lock_key(target: str) -> str:
+    return f"lock:reconcile:{target}"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One queue entry: where it is, which prediction it names, how often it was delivered."""
+
+    stream: str
+    id: str
+    prediction_id: str
+    deliveries: int = 1
+
+
+def account_shards(
+    account_id: int, deployable: str, shards: int, k: int = SHARDS_PER_ACCOUNT
+) -> list[int]:
+    """The k shards (of ``shards``) this account may use for this deployable; deterministic."""
+    seed = hashlib.sha256(f"{account_id}/{deployable}".encode()).digest()
+    return sorted(random.Random(seed).sample(range(shards), min(k, shards)))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a new prediction goes: a deployment's or a version's shard streams."""
+
+    kind: str  # "dp" or "vp"
+    key: str  # deployment "owner/name" or version id
+    shards: int
+
+    def stream(self, shard: int) -> str:
+        if self.kind == "dp":
+            return deployment_stream(self.key, shard)
+        return version_stream(self.key, shard)
+
+    def all_streams(self) -> list[str]:
+        return [self.stream(shard) for shard in range(self.shards)]
+
+    def streams_for(self, account_id: int) -> list[str]:
+        key = f"{self.kind}-{self.key}"
+        return [self.stream(shard) for shard in account_shards(account_id, key, self.shards)]
+
+
+def connect(url: str) -> Redis:
+    """One Redis client (and pool) per process.
+
+    Retries a command a few times on a broken connection: after a Redis restart every pooled
+    connection is dead, and without this each would fail one request before reconnecting.
+    """
+    client: Redis = Redis.from_url(
+        url,
+        health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
+    )
+    return client
+
+
+class Queue:
+    """Enqueue, read and acknowledge prediction entries."""
+
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
+
+    async def enqueue(self, streams: Sequence[str], prediction_id: str) -> str:
+        """Append to the shortest of ``streams``; returns the stream key used."""
+        stream, _entry = await self._enqueue(keys=list(streams), args=[prediction_id])
+        return _text(stream)
+
+    async def ensure_groups(self, streams: Sequence[str]) -> None:
+        # Start from 0, not $: entries the api appended before any director existed must be read.
+        for stream in streams:
+            try:
+                await self.redis.xgroup_create(stream, GROUP, id="0", mkstream=True)
+            except ResponseError as error:
+                if "BUSYGROUP" not in str(error):
+                    raise
+
+    async def read(
+        self,
+        streams: Sequence[str],
+        consumer: str,
+        count: int,
+        block_ms: int | None,
+        *,
+        pending: bool = False,
+    ) -> list[Entry]:
+        """XREADGROUP from ``streams``; ``pending`` re-reads this consumer's own unacked entries
+        (with their delivery counts, for dead-lettering)."""
+        start = "0" if pending else ">"
+        reply: Any = await self.redis.xreadgroup(
+            GROUP, consumer, {s: start for s in streams}, count=count, block=block_ms
+        )
+        entries: list[Entry] = []
+        for stream, messages in reply or []:
+            stream_name = _text(stream)
+            counts = await self.delivery_counts(stream_name, consumer) if pending else {}
+            for entry_id, fields in messages:
+                if not fields:
+                    # Deleted while still pending: nothing left to run, just drop it from the PEL.
+                    await self.redis.xack(stream_name, GROUP, entry_id)
+                    continue
+                entry = _text(entry_id)
+                entries.append(
+                    Entry(stream_name, entry, _text(fields[b"id"]), counts.get(entry, 1))
+                )
+        return entries
+
+    async def delivery_counts(
+        self, stream: str, consumer: str | None = None, ids: Sequence[str] = ()
+    ) -> dict[str, int]:
+        """Times each pending entry was delivered (all of ``consumer``'s, or those in ``ids``)."""
+        low, high = (min(ids, key=_entry_key), max(ids, key=_entry_key)) if ids else ("-", "+")
+        reply: Any = await self.redis.xpending_range(
+            stream, GROUP, min=low, max=high, count=10_000, consumername=consumer
+        )
+        return {_text(item["message_id"]): int(item["times_delivered"]) for item in reply}
+
+    async def ack(self, stream: str, entry_id: str) -> None:
+        """Remove an entry once its prediction's terminal state is committed."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.xack(stream, GROUP, entry_id)
+            pipe.xdel(stream, entry_id)
+            await pipe.execute()
+
+    async def publish_cancel(self, prediction_id: str) -> None:
+        await self.redis.publish(CANCEL_CHANNEL, prediction_id)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _entry_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)

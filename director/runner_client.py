@@ -1,0 +1,244 @@
+"""Cog's runner protocol, client side, over one pooled aiohttp session.
+
+aiohttp rather than httpx on this path: with many requests in flight httpx 0.28 was measured
+an order of magnitude slower (see the design notes), and the director talks to its runner for
+every prediction.
+
+Exception tree::
+
+    RunnerError             the runner is unreachable or broke the protocol (infrastructure)
+    └── RunnerRefused       it answered but will not take the prediction now; retry later
+        ├── RunnerBusy          409: every slot in use, and no queue (stock Cog)
+        ├── RunnerSaturated     503 + problem+json: a Conduit runner's queue is full
+        ├── RunnerNotReady      503 + Cog body: setup running or failed, model not loaded
+        └── RateLimited         429: the tenant's rate limit on this runner
+    InputRejected           400/422: the runner refused the input (a prediction failure)
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from runners.protocol import ALL_WEBHOOK_EVENTS, HealthCheck, HealthStatus
+from tracker.usage import UNKNOWN_HARDWARE
+
+log = logging.getLogger(__name__)
+PROBLEM_JSON = "application/problem+json"
+
+
+class RunnerError(Exception):
+    """The runner could not be reached or answered in a way the protocol does not allow.
+
+    An infrastructure failure: the prediction is not failed for it; the queue entry stays
+    unacknowledged so the prediction is retried.
+    """
+
+
+class RunnerRefused(RunnerError):
+    """The runner will not take the prediction now; ``retry_after`` is when it suggests to
+    ask again (seconds, from ``Retry-After``), None when it did not say."""
+
+    #: Label of the refusal in metrics.
+    reason: ClassVar[str] = "refused"
+    #: How the refusal reads in a prediction's error ("runner stayed <state> ...").
+    state: ClassVar[str] = "refusing"
+
+    def __init__(self, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+class RunnerBusy(RunnerRefused):
+    """409: every prediction slot is in use (a stock Cog server queues nothing)."""
+
+    reason = "busy"
+    state = "busy (409 all slots busy)"
+
+
+class RunnerSaturated(RunnerRefused):
+    """503 with a problem+json body: the runner's queue is full."""
+
+    reason = "saturated"
+    state = "saturated (503 queue full)"
+
+
+class RunnerNotReady(RunnerRefused):
+    """503 with Cog's body: setup has not finished (or failed), or no model is loaded."""
+
+    reason = "not_ready"
+    state = "not ready (503 setup not finished)"
+
+
+class RateLimited(RunnerRefused):
+    """429: the account (``X-Tenant-ID``) is over its rate limit on this runner."""
+
+    reason = "rate_limited"
+    state = "rate limited (429 tenant over its limit)"
+
+
+class InputRejected(Exception):
+    """422: the runner refused the input. A prediction failure, not an infrastructure one."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a runner says about itself (``GET /v1/capabilities``); a stock Cog server says
+    nothing, and is ``kind="cog"`` on unknown hardware."""
+
+    kind: str = "cog"
+    id: str | None = None
+    hardware: str = UNKNOWN_HARDWARE
+
+    @classmethod
+    def from_json(cls, body: Any) -> Capabilities:
+        if not isinstance(body, dict):
+            return cls()
+        runner = body.get("runner")
+        runner = runner if isinstance(runner, dict) else {}
+        kind, id, hardware = runner.get("type"), runner.get("id"), body.get("hardware")
+        return cls(
+            kind if isinstance(kind, str) and kind else "conduit",
+            str(id) if id is not None else None,
+            hardware if isinstance(hardware, str) and hardware else UNKNOWN_HARDWARE,
+        )
+
+
+STOCK_COG = Capabilities()
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` as seconds from now: delay-seconds or an HTTP-date; None if absent or
+    unreadable. A date in the past means "now" (0)."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if seconds != seconds:  # NaN
+        return None
+    return max(0.0, seconds)
+
+
+def _refusal(status: int, headers: CIMultiDictProxy[str], text: str) -> RunnerRefused | None:
+    retry_after = parse_retry_after(headers.get("Retry-After"))
+    if status == 409:
+        return RunnerBusy(text, retry_after)
+    if status == 429:
+        return RateLimited(text, retry_after)
+    if status == 503:
+        # A full queue answers problem+json; Cog's "not ready" answers {"error", "status"}.
+        if headers.get("Content-Type", "").startswith(PROBLEM_JSON):
+            return RunnerSaturated(text, retry_after)
+        return RunnerNotReady(text, retry_after)
+    return None
+
+
+class RunnerClient:
+    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session
+
+    async def start(
+        self,
+        prediction_id: str,
+        input: dict[str, Any],
+        webhook: str,
+        tenant: str | None = None,
+        priority: str = "normal",
+    ) -> None:
+        """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
+
+        Accepted may mean queued inside the runner: its ``start`` webhook says when it runs.
+        ``X-Tenant-ID`` and ``X-Priority`` tell a Conduit runner whose work it is and how urgent
+        (a stock Cog server ignores them). Raises a ``RunnerRefused`` when it will not take the
+        prediction now.
+        """
+        headers = {"Prefer": "respond-async", "X-Priority": priority}
+        if tenant is not None:
+            headers["X-Tenant-ID"] = tenant
+        body = {
+            "id": prediction_id,
+            "input": input,
+            "webhook": webhook,
+            "webhook_events_filter": [event.value for event in ALL_WEBHOOK_EVENTS],
+        }
+        url = f"{self.base_url}/predictions/{prediction_id}"
+        try:
+            async with self.session.put(url, json=body, headers=headers) as response:
+                if response.status in (200, 201, 202):
+                    return
+                text = await response.text()
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise RunnerError(f"runner unreachable: {error!r}") from error
+        refusal = _refusal(response.status, response.headers, text[:500])
+        if refusal is not None:
+            raise refusal
+        if response.status in (400, 422):
+            raise InputRejected(text)
+        raise RunnerError(f"runner answered {response.status}: {text[:500]}")
+
+    async def cancel(self, prediction_id: str) -> bool:
+        """True when the runner knew the prediction (200); False for 404."""
+        url = f"{self.base_url}/predictions/{prediction_id}/cancel"
+        try:
+            async with self.session.post(url) as response:
+                await response.read()
+                return response.status == 200
+        except (aiohttp.ClientError, TimeoutError) as error:
+            raise RunnerError(f"runner unreachable: {error!r}") from error
+
+    async def health(self) -> HealthStatus:
+        check = await self.health_check()
+        return HealthStatus.UNKNOWN if check is None else check.status
+
+    async def health_check(self) -> HealthCheck | None:
+        """The runner's ``/health-check`` document; None when it cannot be had."""
+        try:
+            async with self.session.get(
+                f"{self.base_url}/health-check", timeout=aiohttp.ClientTimeout(total=5)
+            ) as response:
+                if response.status != 200:
+                    return None
+                return HealthCheck.model_validate(await response.json())
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+
+    async def capabilities(self) -> Capabilities | None:
+        """``GET /v1/capabilities``. ``STOCK_COG`` when the runner has no such route (404) or
+        answers something unreadable; None when it cannot say yet (starting, unreachable)."""
+        try:
+            async with self.session.get(
+                f"{self.base_url}/v1/capabilities", timeout=aiohttp.ClientTimeout(total=5)
+            ) as response:
+                if response.status == 200:
+                    try:
+                        return Capabilities.from_json(await response.json(content_type=None))
+                    except ValueError:
+                        return STOCK_COG
+                await response.read()
+                if response.status in (404, 405):
+                    return STOCK_COG
+                return None
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.debug("capabilities not read: %r", error)
+            return None

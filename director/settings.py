@@ -1,0 +1,75 @@
+"""Director settings, from ``CONDUIT_DIRECTOR_*``, ``DATABASE_URL`` and ``REDIS_URL``."""
+
+from __future__ import annotations
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class DirectorSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CONDUIT_DIRECTOR_", extra="ignore")
+
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/conduit",
+        validation_alias=AliasChoices("DATABASE_URL", "CONDUIT_DATABASE_URL"),
+    )
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "CONDUIT_REDIS_URL")
+    )
+    #: The API's public base URL, for ``urls`` in webhook bodies.
+    public_url: str = Field(
+        "http://127.0.0.1:8000",
+        validation_alias=AliasChoices("CONDUIT_PUBLIC_URL", "CONDUIT_DIRECTOR_PUBLIC_URL"),
+    )
+    #: Seconds a finished prediction's event stream is kept for SSE replay.
+    events_retention: int = 3600
+    deployment: str = ""
+    runner_url: str = "http://127.0.0.1:5000"
+    concurrency: int = Field(1, ge=1)
+    #: Stable across restarts of the same sidecar, so a restarted director re-reads its own
+    #: unacknowledged entries. Defaults to host name + a hash of deployment and runner URL.
+    id: str | None = None
+    receiver_host: str = "127.0.0.1"
+    receiver_port: int = 0
+    #: How runners reach the receiver, when not ``http://receiver_host:receiver_port``.
+    receiver_url: str | None = None
+    #: Seconds to let in-flight predictions finish after SIGTERM.
+    shutdown_grace: float = 30.0
+    #: Seconds a runner gets to confirm a cancel before the director records it anyway.
+    cancel_grace: float = 5.0
+    #: Seconds between re-reads of this director's own unacknowledged entries.
+    retry_interval: float = 5.0
+    block_ms: int = 1000
+    flush_interval: float = 0.5
+    #: Seconds an entry may go without a heartbeat before another director reclaims it.
+    visibility_timeout: float = 60.0
+    #: Seconds between heartbeats of in-flight entries (default: a quarter of the timeout).
+    heartbeat_interval: float | None = None
+    #: Seconds between looks for entries to reclaim from dead directors.
+    claim_interval: float = 5.0
+    #: Deliveries after which an entry is moved to ``dead:<stream>`` and its prediction failed.
+    max_deliveries: int = Field(3, ge=1)
+    #: Seconds between reconciler passes (re-enqueue predictions missing from every stream).
+    reconcile_interval: float = 10.0
+    #: Only predictions older than this many seconds are considered missing from the queue.
+    reconcile_after: float = 10.0
+    #: First wait (s) before offering a prediction again to a runner that refused it without
+    #: ``Retry-After``; doubles per refusal (with jitter) up to ``start_backoff_max``.
+    start_backoff_initial: float = Field(0.05, gt=0)
+    start_backoff_max: float = Field(2.0, gt=0)
+    #: Longest ``Retry-After`` (s) a refusing runner is obeyed for before asking again.
+    retry_after_max: float = Field(30.0, gt=0)
+    #: Random fraction added on top of a ``Retry-After`` wait, so workers do not retry in step.
+    retry_after_jitter: float = Field(0.1, ge=0, le=1)
+    #: Seconds between runner health checks while a prediction runs without news.
+    runner_check_interval: float = 2.0
+    #: Consecutive failed health checks after which a runner counts as gone.
+    runner_check_failures: int = 3
+    #: Shard count the deployment had before a change: those streams are read until drained.
+    drain_shards: int | None = None
+    #: Extra stream keys to read until drained (comma-separated), e.g. after a rename.
+    drain_streams: str = ""
+
+    @property
+    def heartbeat_every(self) -> float:
+        return self.heartbeat_interval or self.visibility_timeout / 4

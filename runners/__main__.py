@@ -1,0 +1,24 @@
+"""``python -m runners MODEL``: serve one model with Cog's HTTP API (coglet's env vars apply)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from runners.server import serve
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m runners", description=__doc__)
+    parser.add_argument("model", help="registered model name, e.g. echo")
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "5000")))
+    parser.add_argument(
+        "--concurrency", type=int, default=int(os.environ.get("COG_MAX_CONCURRENCY", "1"))
+    )
+    args = parser.parse_args()
+    serve(args.model, args.host, args.port, args.concurrency)
+
+
+if __name__ == "__main__":
+    main()

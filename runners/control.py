@@ -1,0 +1,200 @@
+"""The runner control API: capabilities, model load/unload, cache flush, health and metrics.
+
+Lifecycle calls (load, unload, flush) change what the runner can serve, so each needs a
+``verifiedOpToken`` in its JSON body for exactly that operation and model (see
+:mod:`runners.optokens`): 401 without one, 403 with one that fails a check (``code`` says
+which), 403 when the runner has no key configured. Inference calls need none.
+
+Bodies use the names operators' tooling sends: ``modelId``, ``evictModel``, ``taskId``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from runners.cache import FlushScope
+from runners.errors import LifecycleConflictError, UnknownModelError
+from runners.optokens import OpTokenError
+from runners.problems import problem
+from runners.service import RunnerService
+from runners.state import SERVICE
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _code(error: OpTokenError) -> str:
+    """``ReplayedNonceError`` -> ``replayed-nonce``."""
+    name = type(error).__name__.removesuffix("Error")
+    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
+
+
+class _Refused(Exception):
+    def __init__(self, response: web.Response) -> None:
+        self.response = response
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    try:
+        data = orjson.loads(await request.read() or b"{}")
+    except orjson.JSONDecodeError as error:
+        raise _Refused(problem(400, "invalid-json", "Body is not JSON", str(error))) from error
+    if not isinstance(data, dict):
+        raise _Refused(problem(400, "invalid-body", "Body must be a JSON object", repr(data)))
+    return data
+
+
+def _string(data: dict[str, Any], field: str, required: bool = True) -> str | None:
+    value = data.get(field)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        detail = f"{field} must be a non-empty string"
+        raise _Refused(problem(422, "invalid-field", "Invalid field", detail, field=field))
+    return value
+
+
+def _authorise(service: RunnerService, data: dict[str, Any], operation: str, model: str) -> None:
+    verifier = service.op_tokens
+    if verifier is None:
+        detail = "lifecycle calls are disabled: VERIFIED_OP_TOKEN_KEY_PATH is not configured"
+        raise _Refused(problem(403, "op-tokens-not-configured", "Forbidden", detail))
+    token = data.get("verifiedOpToken")
+    if not isinstance(token, str) or not token:
+        detail = f"{operation} needs a verifiedOpToken in the body"
+        raise _Refused(
+            problem(401, "op-token-required", "Unauthorized", detail, field="verifiedOpToken")
+        )
+    try:
+        verifier.verify(token, operation, model)
+    except OpTokenError as error:
+        raise _Refused(
+            problem(
+                403, _code(error), "Operation token rejected", str(error), field="verifiedOpToken"
+            )
+        ) from error
+
+
+def _conflict(error: LifecycleConflictError | UnknownModelError) -> web.Response:
+    if isinstance(error, UnknownModelError):
+        return problem(404, "unknown-model", "Unknown model", str(error), field="modelId")
+    return problem(409, "lifecycle-conflict", "Conflict", str(error))
+
+
+async def capabilities(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    if service.starting or service.stopping:
+        state = "starting" if service.starting else "stopping"
+        return problem(503, state, "Runner unavailable", f"runner is {state}", {"Retry-After": "1"})
+    return _json(service.capabilities())
+
+
+async def load_model(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        data = await _body(request)
+        model = _string(data, "modelId")
+        evict = _string(data, "evictModel", required=False)
+        assert model is not None
+        service.check_model(model)
+        _authorise(service, data, "model-load", model)
+        task = service.load(model, evict)
+    except _Refused as refused:
+        return refused.response
+    except (LifecycleConflictError, UnknownModelError) as error:
+        return _conflict(error)
+    response = _json(service.lifecycle.describe(task), 202)
+    response.headers["Location"] = f"/v1/models/load/{task.id}"
+    return response
+
+
+async def load_task(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    task = service.lifecycle.tasks.get(request.match_info["task_id"])
+    if task is None:
+        detail = f"no load task {request.match_info['task_id']}"
+        return problem(404, "unknown-task", "Not found", detail)
+    return _json(service.lifecycle.describe(task))
+
+
+async def unload_model(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        data = await _body(request)
+        model = _string(data, "modelId")
+        assert model is not None
+        service.check_model(model)
+        _authorise(service, data, "model-unload", model)
+        freed = await service.unload(model)
+    except _Refused as refused:
+        return refused.response
+    except (LifecycleConflictError, UnknownModelError) as error:
+        return _conflict(error)
+    return _json({"modelId": model, "status": "unloaded", "freedBytes": freed})
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    try:
+        data = await _body(request)
+        raw_scope = data.get("scope", "all")
+        if raw_scope not in {scope.value for scope in FlushScope}:
+            scopes = ", ".join(scope.value for scope in FlushScope)
+            detail = f"scope must be one of {scopes}"
+            raise _Refused(problem(422, "invalid-field", "Invalid field", detail, field="scope"))
+        scope = FlushScope(raw_scope)
+        value = None if scope is FlushScope.ALL else _string(data, scope.value)
+        model = service.model.name if scope is not FlushScope.MODEL else value
+        assert model is not None
+        service.check_model(model)
+        _authorise(service, data, "cache-flush", model)
+        flushed = await service.flush(scope, value)
+    except _Refused as refused:
+        return refused.response
+    except (LifecycleConflictError, UnknownModelError) as error:
+        return _conflict(error)
+    return _json(
+        {
+            "scope": scope.value,
+            scope.value: value,
+            "entriesRemoved": flushed.entries,
+            "freedBytes": flushed.bytes_freed,
+        }
+        if scope is not FlushScope.ALL
+        else {"scope": "all", "entriesRemoved": flushed.entries, "freedBytes": flushed.bytes_freed}
+    )
+
+
+async def health(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    reasons = service.problems()
+    body = {
+        "status": "unhealthy" if reasons else "healthy",
+        "reasons": reasons,
+        "model": {"id": service.model.name, "state": service.lifecycle.state.value},
+        "queue": {"depth": service.scheduler.depth, "max_depth": service.config.max_queue_depth},
+    }
+    return _json(body, 503 if reasons else 200)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = request.app[SERVICE].metrics_exposition()
+    response = web.Response(body=body)
+    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    return response
+
+
+def add_control_routes(app: web.Application) -> None:
+    app.router.add_get("/v1/capabilities", capabilities)
+    app.router.add_post("/v1/models/load", load_model)
+    app.router.add_get("/v1/models/load/{task_id}", load_task)
+    app.router.add_post("/v1/models/unload", unload_model)
+    app.router.add_post("/v1/cache/flush", flush_cache)
+    app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)

@@ -1,0 +1,208 @@
+"""Loading and unloading the runner's model, as tasks an operator can follow.
+
+The first load is the runner's setup (Cog's ``setup`` result in ``/health-check`` comes from
+it); later loads and unloads come from the control API. A load is a task with an id, a status
+(``queued`` → ``running`` → ``completed`` | ``failed``), progress and an ETA. The ETA is the
+previous successful load's duration minus the time spent so far (no previous load: unknown),
+so it is measured, not invented. Only one load or unload runs at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from runners.errors import LifecycleConflictError
+from runners.model import Model
+
+log = logging.getLogger(__name__)
+
+_KEEP_TASKS = 100
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class ModelState(StrEnum):
+    LOADING = "loading"
+    LOADED = "loaded"
+    UNLOADED = "unloaded"
+    FAILED = "failed"
+
+
+class TaskStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass
+class LoadTask:
+    model_id: str
+    evict: str | None = None
+    id: str = field(default_factory=lambda: f"load_{uuid.uuid4().hex[:16]}")
+    status: TaskStatus = TaskStatus.QUEUED
+    created_at: str = field(default_factory=_now)
+    started: float | None = None
+    completed_at: str | None = None
+    load_time: float | None = None
+    memory_used: int | None = None
+    freed_by_evict: int | None = None
+    error: str | None = None
+    logs: str = ""
+
+    def as_json(self, progress: float, eta: float | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "taskId": self.id,
+            "modelId": self.model_id,
+            "status": self.status.value,
+            "progress": round(progress, 4),
+            "eta": None if eta is None else round(eta, 3),
+            "createdAt": self.created_at,
+        }
+        if self.evict is not None:
+            body["evictModel"] = self.evict
+            body["freedBytes"] = self.freed_by_evict
+        if self.status is TaskStatus.COMPLETED:
+            body |= {"memoryUsedBytes": self.memory_used, "loadTimeSeconds": self.load_time}
+        if self.status is TaskStatus.FAILED:
+            body["error"] = self.error
+        if self.completed_at is not None:
+            body["completedAt"] = self.completed_at
+        return body
+
+
+class ModelLifecycle:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.state = ModelState.UNLOADED
+        self.setup_result: dict[str, str] = {"status": "starting", "logs": ""}
+        self.last_load_time: float | None = None
+        self.tasks: dict[str, LoadTask] = {}
+        self.current: LoadTask | None = None
+        self._lock = asyncio.Lock()
+        self._runs: set[asyncio.Task[None]] = set()
+
+    @property
+    def model_id(self) -> str:
+        return self.model.name
+
+    @property
+    def loaded(self) -> bool:
+        return self.state is ModelState.LOADED
+
+    def start_setup(self) -> asyncio.Task[None]:
+        """The first load, recorded as Cog's setup result."""
+        task = self._new_task(self.model_id, None)
+        return self._launch(task, setup=True)
+
+    def start_load(self, evict: str | None = None) -> LoadTask:
+        """Queue a load (after unloading ``evict`` first, when given); returns its task."""
+        if self.loaded and evict is None:
+            raise LifecycleConflictError(f"Model {self.model_id} is already loaded")
+        task = self._new_task(self.model_id, evict)
+        self._launch(task, setup=False)
+        return task
+
+    async def unload(self) -> int:
+        """Unload the model; returns the bytes it held. Callers check nothing is running."""
+        async with self._lock:
+            return await self._unload()
+
+    def progress(self, task: LoadTask) -> float:
+        if task.status is TaskStatus.COMPLETED:
+            return 1.0
+        if task.status is TaskStatus.RUNNING:
+            return max(0.0, min(1.0, self.model.load_progress()))
+        return 0.0
+
+    def eta(self, task: LoadTask) -> float | None:
+        if task.status in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+            return 0.0
+        if self.last_load_time is None:
+            return None
+        elapsed = 0.0 if task.started is None else time.monotonic() - task.started
+        return max(0.0, self.last_load_time - elapsed)
+
+    def describe(self, task: LoadTask) -> dict[str, Any]:
+        return task.as_json(self.progress(task), self.eta(task))
+
+    async def wait(self) -> None:
+        """Wait for every load started so far to end."""
+        if self._runs:
+            await asyncio.wait(set(self._runs))
+
+    def cancel(self) -> None:
+        for run in self._runs:
+            run.cancel()
+
+    def _new_task(self, model_id: str, evict: str | None) -> LoadTask:
+        task = LoadTask(model_id, evict)
+        self.tasks[task.id] = task
+        while len(self.tasks) > _KEEP_TASKS:
+            del self.tasks[next(iter(self.tasks))]
+        return task
+
+    def _launch(self, task: LoadTask, setup: bool) -> asyncio.Task[None]:
+        run = asyncio.create_task(self._load(task, setup))
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+        return run
+
+    async def _load(self, task: LoadTask, setup: bool) -> None:
+        async with self._lock:
+            self.current = task
+            task.status, task.started = TaskStatus.RUNNING, time.monotonic()
+            if setup:
+                self.setup_result["started_at"] = _now()
+            try:
+                if task.evict is not None and self.loaded:
+                    task.freed_by_evict = await self._unload()
+                self.state = ModelState.LOADING
+                await self.model.setup()
+            except Exception as error:
+                self._failed(task, error, setup)
+            else:
+                self._loaded(task, setup)
+            finally:
+                task.completed_at = _now()
+                if setup:
+                    self.setup_result["completed_at"] = task.completed_at
+                self.current = None
+
+    def _loaded(self, task: LoadTask, setup: bool) -> None:
+        assert task.started is not None
+        task.load_time = round(time.monotonic() - task.started, 6)
+        task.memory_used = self.model.memory_bytes()
+        task.status = TaskStatus.COMPLETED
+        self.last_load_time = task.load_time
+        self.state = ModelState.LOADED
+        if setup:
+            self.setup_result["status"] = "succeeded"
+        log.info("model %s is ready (loaded in %.3fs)", self.model_id, task.load_time)
+
+    def _failed(self, task: LoadTask, error: Exception, setup: bool) -> None:
+        task.status, task.error = TaskStatus.FAILED, str(error) or type(error).__name__
+        task.logs = "".join(traceback.format_exception(error))
+        self.state = ModelState.FAILED
+        if setup:
+            self.setup_result["status"] = "failed"
+            self.setup_result["logs"] += task.logs
+        log.error("loading model %s failed: %s", self.model_id, task.error)
+
+    async def _unload(self) -> int:
+        held = self.model.memory_bytes()
+        await self.model.unload()
+        gc.collect()
+        self.state = ModelState.UNLOADED
+        return max(0, held - self.model.memory_bytes())

@@ -1,0 +1,124 @@
+"""Per-tenant request limits, a sliding window per tenant.
+
+Configured from the environment: ``TENANT_RATE_LIMIT_<tenant>=100req/min`` for one tenant (the
+``X-Tenant-ID`` value; matched exactly, then upper-cased with other characters as ``_``), and
+``TENANT_RATE_LIMIT_default`` for everyone else. Units: ``s``/``sec``/``second``,
+``m``/``min``/``minute``, ``h``/``hour``; ``req`` is optional (``100/min`` works). Without a
+default, tenants without their own line are not limited.
+
+A sliding *log* rather than fixed windows: a tenant never gets twice its limit across a window
+boundary, and ``resetAt`` is exact (when the oldest counted request leaves the window). The log
+holds at most ``limit`` timestamps per tenant.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from runners.errors import RateLimit, RateLimitedError
+
+PREFIX = "TENANT_RATE_LIMIT_"
+_SPEC = re.compile(r"^\s*(\d+)\s*(?:req(?:uests)?)?\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
+_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "second": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "minute": 60.0,
+    "h": 3600.0,
+    "hour": 3600.0,
+}
+
+
+@dataclass(frozen=True)
+class Limit:
+    requests: int
+    window: float
+
+    @classmethod
+    def parse(cls, spec: str) -> Limit:
+        """``100req/min``, ``5/s``, ``1000 req / 2 hour``."""
+        match = _SPEC.match(spec)
+        unit = match and _UNITS.get(match.group(3).lower().removesuffix("s") or "s")
+        if match is None or unit is None or int(match.group(1)) < 1:
+            raise ValueError(f"rate limit {spec!r} is not like '100req/min'")
+        return cls(int(match.group(1)), int(match.group(2) or 1) * unit)
+
+
+def _normalise(tenant: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "_", tenant.upper())
+
+
+class TenantRateLimiter:
+    def __init__(
+        self,
+        limits: Mapping[str, Limit],
+        default: Limit | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.limits = dict(limits)
+        self._normalised = {_normalise(name): limit for name, limit in limits.items()}
+        self.default = default
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._logs: dict[str, deque[float]] = {}
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TenantRateLimiter:
+        env = os.environ if environ is None else environ
+        limits: dict[str, Limit] = {}
+        default = None
+        for name, value in env.items():
+            if not name.startswith(PREFIX) or not value.strip():
+                continue
+            tenant = name[len(PREFIX) :]
+            try:
+                limit = Limit.parse(value)
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
+            if tenant.lower() == "default":
+                default = limit
+            else:
+                limits[tenant] = limit
+        return cls(limits, default)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.limits) or self.default is not None
+
+    def limit_for(self, tenant: str) -> Limit | None:
+        limit = self.limits.get(tenant) or self._normalised.get(_normalise(tenant))
+        return limit or self.default
+
+    def check(self, tenant: str) -> RateLimit | None:
+        """Count one request; the tenant's standing afterwards (None when unlimited).
+
+        Raises :class:`RateLimitedError` (and counts nothing) when the window is full.
+        """
+        limit = self.limit_for(tenant)
+        if limit is None:
+            return None
+        now = self._clock()
+        log = self._logs.setdefault(tenant, deque())
+        while log and log[0] <= now - limit.window:
+            log.popleft()
+        if len(log) >= limit.requests:
+            oldest = log[0]
+            wait = oldest + limit.window - now
+            state = self._state(limit, 0, wait, max(1, math.ceil(wait)))
+            raise RateLimitedError(tenant, state)
+        log.append(now)
+        wait = log[0] + limit.window - now
+        return self._state(limit, limit.requests - len(log), wait, 0)
+
+    def _state(self, limit: Limit, remaining: int, wait: float, retry_after: int) -> RateLimit:
+        reset_at = self._wall_clock() + wait
+        return RateLimit(limit.requests, remaining, limit.window, reset_at, retry_after)

@@ -1,0 +1,174 @@
+"""What the runner's hardware has and uses, read from the system, never estimated.
+
+CPU runners: the process's RSS (``/proc/self/statm``), the machine's memory
+(``/proc/meminfo``: MemTotal, MemAvailable) and the process's CPU utilisation between two
+readings (``os.times``). GPU runners: per-device memory and utilisation from ``nvidia-smi`` when
+it is installed, else from torch (memory only) when the model already imported it. Figures that
+cannot be measured are ``None``, not zero.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_rss() -> int:
+    """Resident set size of this process in bytes."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * _PAGE
+    except (OSError, IndexError, ValueError):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def system_memory() -> tuple[int | None, int | None]:
+    """(total, available) bytes of the machine's memory, or Nones off Linux."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        total = int(fields["MemTotal"].split()[0]) * 1024
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return None, None
+    return total, available
+
+
+@dataclass
+class Device:
+    id: str
+    kind: str
+    name: str
+    memory_total: int | None
+    memory_used: int | None
+    memory_free: int | None
+    utilization: float | None
+    """Fraction 0-1 of the device busy since the last reading (or as the driver reports it)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "name": self.name,
+            "memory_total_bytes": self.memory_total,
+            "memory_used_bytes": self.memory_used,
+            "memory_free_bytes": self.memory_free,
+            "utilization": self.utilization,
+        }
+
+
+class CpuMeter:
+    """The process's CPU use between successive readings, as a fraction of one core."""
+
+    def __init__(self) -> None:
+        self._last = (time.monotonic(), _cpu_seconds())
+
+    def read(self) -> float | None:
+        now, cpu = time.monotonic(), _cpu_seconds()
+        then, cpu_then = self._last
+        self._last = (now, cpu)
+        if now - then < 0.01:
+            return None
+        return round((cpu - cpu_then) / (now - then), 4)
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def gpus() -> list[Device]:
+    """Visible NVIDIA GPUs, from nvidia-smi or torch; empty without either."""
+    devices = _nvidia_smi()
+    if devices is not None:
+        return devices
+    return _torch_devices()
+
+
+def _nvidia_smi() -> list[Device] | None:
+    binary = shutil.which("nvidia-smi")
+    if binary is None:
+        return None
+    query = "index,name,memory.total,memory.used,memory.free,utilization.gpu"
+    try:
+        out = subprocess.run(
+            [binary, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    devices = []
+    mib = 1024 * 1024
+    for line in out.strip().splitlines():
+        index, name, total, used, free, util = (part.strip() for part in line.split(","))
+        devices.append(
+            Device(
+                f"cuda:{index}",
+                "gpu",
+                name,
+                _number(total, mib),
+                _number(used, mib),
+                _number(free, mib),
+                None if _number(util, 1) is None else int(util) / 100,
+            )
+        )
+    return devices
+
+
+def _number(text: str, scale: int) -> int | None:
+    try:
+        return int(float(text) * scale)
+    except ValueError:
+        return None
+
+
+def _torch_devices() -> list[Device]:
+    torch = sys.modules.get("torch")  # only if the model already imported it: never import here
+    if torch is None or not torch.cuda.is_available():
+        return []
+    devices = []
+    for index in range(torch.cuda.device_count()):
+        free, total = torch.cuda.mem_get_info(index)
+        name = torch.cuda.get_device_name(index)
+        devices.append(Device(f"cuda:{index}", "gpu", name, total, total - free, free, None))
+    return devices
+
+
+def snapshot(cpu: CpuMeter) -> dict[str, Any]:
+    """The ``resources`` section of the capabilities document."""
+    total, available = system_memory()
+    rss = process_rss()
+    devices = [
+        Device(
+            "cpu",
+            "cpu",
+            f"{os.cpu_count() or 0} cores",
+            total,
+            None if total is None or available is None else total - available,
+            available,
+            cpu.read(),
+        )
+    ]
+    devices += gpus()
+    return {
+        "device_ids": [device.id for device in devices],
+        "devices": [device.as_json() for device in devices],
+        "process": {"rss_bytes": rss, "pid": os.getpid()},
+        "memory": {
+            "total_bytes": total,
+            "used_bytes": None if total is None or available is None else total - available,
+            "free_bytes": available,
+        },
+    }

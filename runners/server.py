@@ -1,0 +1,328 @@
+"""Cog's runner HTTP API (coglet 0.23.1 on the wire), as a thin aiohttp shell.
+
+It owns routing, request parsing and the mapping of :mod:`runners.errors` to coglet's
+status codes and bodies (and, for the refusals coglet does not have, problem+json); the logic
+lives in :class:`runners.service.RunnerService`, the control API in :mod:`runners.control`. It
+does not poll (there is no ``GET /predictions/{id}``) or keep finished predictions:
+deduplicating across completion is the platform's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pydantic
+from aiohttp import web
+
+from runners import COG_VERSION
+from runners.cache import CacheMode
+from runners.config import RunnerConfig
+from runners.control import add_control_routes
+from runners.errors import (
+    AtCapacityError,
+    InputValidationError,
+    ModelNotLoadedError,
+    NotReadyError,
+    QueueFullError,
+    RateLimit,
+    RateLimitedError,
+    RunnerError,
+)
+from runners.model import Model
+from runners.models import get_model
+from runners.prediction import Prediction
+from runners.problems import problem
+from runners.protocol import PredictionRequest
+from runners.scheduler import Priority
+from runners.service import RequestOptions, RunnerService
+from runners.state import SERVICE
+
+__all__ = ["SERVICE", "create_app", "run_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 100 * 1024 * 1024
+
+_DISCOVERY = {
+    "cog_version": COG_VERSION,
+    "docs_url": "/docs",
+    "healthcheck_url": "/health-check",
+    "openapi_url": "/openapi.json",
+    "predictions_cancel_url": "/predictions/{prediction_id}/cancel",
+    "predictions_idempotent_url": "/predictions/{prediction_id}",
+    "predictions_url": "/predictions",
+    "shutdown_url": "/shutdown",
+}
+
+
+def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    # coglet serialises through a sorted map; match its key order byte for byte.
+    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return web.Response(body=data, status=status, content_type="application/json", headers=headers)
+
+
+def _status_failed(message: str, status: int) -> web.Response:
+    return _json({"error": message, "status": "failed"}, status)
+
+
+async def _parse_request(request: web.Request) -> PredictionRequest:
+    """The body as coglet reads it: empty means no input; bad JSON is 400 ``text/plain``."""
+    raw = await request.read()
+    if not raw.strip():
+        return PredictionRequest()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as error:
+        text = f"Failed to parse the request body as JSON: {error}"
+        raise web.HTTPBadRequest(text=text) from error
+    try:
+        if isinstance(data, dict) and data.get("input") is None:
+            data["input"] = {}  # coglet treats "input": null as no input
+        return PredictionRequest.model_validate(data)
+    except pydantic.ValidationError as error:
+        text = f"Failed to deserialize the JSON body into the target type: {error}"
+        raise web.HTTPUnprocessableEntity(text=text) from error
+
+
+def _validation_response(error: InputValidationError) -> web.Response:
+    detail = [
+        {"loc": ["body", "input", issue.field], "msg": issue.msg, "type": issue.type}
+        for issue in error.issues
+    ]
+    return _json({"detail": detail}, 422)
+
+
+def _options(request: web.Request) -> RequestOptions:
+    headers = request.headers
+    try:
+        mode = CacheMode((headers.get("X-Cache-Mode") or "default").strip().lower())
+    except ValueError:
+        modes = ", ".join(m.value for m in CacheMode)
+        raise web.HTTPBadRequest(text=f"X-Cache-Mode must be one of {modes}") from None
+    return RequestOptions(
+        tenant=(headers.get("X-Tenant-ID") or "default").strip() or "default",
+        priority=Priority.parse(headers.get("X-Priority")),
+        cache_mode=mode,
+        cache_tag=headers.get("X-Cache-Tag") or None,
+    )
+
+
+def _timing_headers(prediction: Prediction | None, began: float) -> dict[str, str]:
+    """The figures a caller may bill or schedule by; present on every prediction response."""
+    queue_wait = gpu_time = 0.0
+    hit, reused = False, 0
+    if prediction is not None:
+        queue_wait = prediction.queue_wait_time if prediction.ticket.granted_at else 0.0
+        gpu_time, hit, reused = prediction.gpu_time, prediction.cache_hit, prediction.tokens_reused
+    return {
+        "X-Queue-Wait-Ms": str(round(queue_wait * 1000)),
+        "X-GPU-Time-Ms": str(round(gpu_time * 1000)),
+        "X-Processing-Time": f"{time.monotonic() - began:.6f}",
+        "X-Cache-Hit": "true" if hit else "false",
+        "X-Cache-Tokens-Reused": str(reused),
+    }
+
+
+def _rate_headers(rate: RateLimit | None) -> dict[str, str]:
+    if rate is None:
+        return {}
+    return {
+        "X-RateLimit-Limit": str(rate.limit),
+        "X-RateLimit-Remaining": str(rate.remaining),
+        "X-RateLimit-Reset": str(math.ceil(rate.reset_at)),
+    }
+
+
+def _refusal(error: RunnerError) -> web.Response:
+    """The response for a request refused before any model code ran."""
+    if isinstance(error, InputValidationError):
+        return _validation_response(error)
+    if isinstance(error, QueueFullError):
+        headers = {"Retry-After": str(error.retry_after)}
+        return problem(503, "queue-full", "Runner queue is full", str(error), headers)
+    if isinstance(error, RateLimitedError):
+        state = error.state
+        headers = {"Retry-After": str(state.retry_after), **_rate_headers(state)}
+        reset = datetime.fromtimestamp(state.reset_at, UTC).isoformat()
+        return problem(
+            429,
+            "rate-limited",
+            "Too many requests for this tenant",
+            str(error),
+            headers,
+            limit=state.limit,
+            remaining=state.remaining,
+            resetAt=reset,
+            tenant=error.tenant,
+        )
+    if isinstance(error, ModelNotLoadedError):
+        body = orjson.dumps({"error": str(error), "status": "failed"}, option=orjson.OPT_SORT_KEYS)
+        return web.Response(
+            body=body, status=503, content_type="application/json", headers={"Retry-After": "5"}
+        )
+    if isinstance(error, NotReadyError):
+        return _status_failed(str(error), 503)
+    return _status_failed(str(error), 409)
+
+
+_REFUSAL_REASONS: dict[type[RunnerError], str] = {
+    InputValidationError: "invalid",
+    QueueFullError: "queue_full",
+    RateLimitedError: "rate_limited",
+    AtCapacityError: "busy",
+}
+
+
+async def _run(request: web.Request, prediction_id: str, body: PredictionRequest) -> web.Response:
+    began = time.monotonic()
+    service = request.app[SERVICE]
+    if (existing := service.get(prediction_id)) is not None:
+        return _json(existing.snapshot(with_input=True), 202, _timing_headers(existing, began))
+    options = _options(request)
+    trace = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
+    try:
+        admitted = service.submit(prediction_id, body, trace, options)
+    except RunnerError as error:
+        service.refused(options.tenant, _REFUSAL_REASONS.get(type(error), "not_ready"))
+        response = _refusal(error)
+        response.headers.update(_timing_headers(None, began))
+        return response
+    prediction = admitted.prediction
+    rate = _rate_headers(admitted.rate)
+    if request.headers.get("Prefer") == "respond-async":
+        body_202 = {"id": prediction_id, "status": "starting"}
+        return _json(body_202, 202, {**_timing_headers(prediction, began), **rate})
+    try:
+        await asyncio.shield(prediction.wait())
+    except asyncio.CancelledError:
+        # The client went away: a sync prediction nobody will read is canceled, as in coglet.
+        prediction.cancel()
+        raise
+    return _json(prediction.snapshot(), 200, {**_timing_headers(prediction, began), **rate})
+
+
+async def create_prediction(request: web.Request) -> web.Response:
+    body = await _parse_request(request)
+    return await _run(request, body.id or f"pred_{time.time_ns():x}", body)
+
+
+async def create_prediction_idempotent(request: web.Request) -> web.Response:
+    prediction_id = request.match_info["id"]
+    body = await _parse_request(request)
+    if body.id is not None and body.id != prediction_id:
+        msg = "prediction ID must match the ID supplied in the URL"
+        return _json({"detail": [{"loc": ["body", "id"], "msg": msg, "type": "value_error"}]}, 422)
+    return await _run(request, prediction_id, body)
+
+
+async def cancel_prediction(request: web.Request) -> web.Response:
+    canceled = request.app[SERVICE].cancel(request.match_info["id"])
+    return _json({}, 200 if canceled else 404)
+
+
+async def root(request: web.Request) -> web.Response:
+    return _json(_DISCOVERY)
+
+
+async def health_check(request: web.Request) -> web.Response:
+    return _json(request.app[SERVICE].health())
+
+
+async def openapi_schema(request: web.Request) -> web.Response:
+    body = orjson.dumps(request.app[SERVICE].schema)  # keep the document's own key order
+    return web.Response(body=body, content_type="application/json")
+
+
+async def shutdown(request: web.Request) -> web.Response:
+    request.app[SERVICE].shutdown_requested.set()
+    return _json({})
+
+
+def create_app(
+    model: Model, concurrency: int, config: RunnerConfig | None = None
+) -> web.Application:
+    """The runner app for ``model`` with ``concurrency`` slots.
+
+    Serve it with ``handler_cancellation=True`` (as :func:`serve` and aiohttp's test server
+    do) so that a sync client hanging up cancels its prediction. ``POST /shutdown`` only sets
+    ``app[SERVICE].shutdown_requested``; whoever runs the app decides what stopping means.
+    """
+    service = RunnerService(model, concurrency, config or RunnerConfig.from_env())
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[SERVICE] = service
+
+    async def on_startup(_: web.Application) -> None:
+        await service.start()
+
+    async def on_shutdown(_: web.Application) -> None:
+        await service.stop()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    app.router.add_get("/", root)
+    app.router.add_get("/health-check", health_check)
+    app.router.add_get("/openapi.json", openapi_schema)
+    app.router.add_post("/predictions", create_prediction)
+    app.router.add_put("/predictions/{id}", create_prediction_idempotent)
+    app.router.add_post("/predictions/{id}/cancel", cancel_prediction)
+    app.router.add_post("/shutdown", shutdown)
+    add_control_routes(app)
+    return app
+
+
+async def run_app(app: web.Application, host: str, port: int) -> None:
+    """Serve ``app`` until SIGTERM, SIGINT or ``POST /shutdown``, then stop gracefully:
+    stop accepting, let in-flight predictions finish within the grace period, return."""
+    service = app[SERVICE]
+    runner = web.AppRunner(
+        app, handler_cancellation=True, handle_signals=False, shutdown_timeout=5.0
+    )
+    await runner.setup()
+    loop = asyncio.get_running_loop()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        for address in runner.addresses:
+            log.info("runner for %s listening on %s:%s", service.model.name, *address[:2])
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, service.shutdown_requested.set)
+        await service.shutdown_requested.wait()
+        log.info("shutting down")
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+        await runner.cleanup()
+
+
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def serve(
+    model_name: str,
+    host: str,
+    port: int,
+    concurrency: int,
+    model_args: Mapping[str, Any] | None = None,
+) -> None:
+    """Run the named model's runner in this process until it is told to stop.
+
+    ``model_args`` are keyword arguments for the model's constructor (e.g. ``model=`` for
+    ``vllm``, the weights to serve).
+    """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    app = create_app(get_model(model_name)(**(model_args or {})), concurrency)
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(run_app(app, host, port))

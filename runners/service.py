@@ -1,0 +1,380 @@
+"""The runner's logic, apart from HTTP: the model's lifecycle, admission, in-flight predictions,
+the result cache, metrics and shutdown.
+
+It owns what coglet's ``PredictionService`` owns — the model (set up in the background, so
+health can say ``STARTING``), the in-flight table that idempotent PUT and cancel look up (an id
+is forgotten as soon as its prediction finishes), the webhook dispatcher — plus the control
+plane: a bounded priority queue in front of the ``concurrency`` slots, per-tenant rate limits,
+load/unload/flush, and the figures ``/v1/capabilities``, ``/health`` and ``/metrics`` report.
+It does not know HTTP; it raises :mod:`runners.errors` for requests it refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import platform
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from runners import COG_VERSION
+from runners.cache import CacheMode, CacheView, Flushed, FlushScope, ResultCache
+from runners.config import RunnerConfig
+from runners.errors import (
+    LifecycleConflictError,
+    ModelNotLoadedError,
+    NotReadyError,
+    RateLimit,
+    RateLimitedError,
+    UnknownModelError,
+)
+from runners.lifecycle import LoadTask, ModelLifecycle, ModelState
+from runners.metrics import RunnerMetrics
+from runners.model import Model
+from runners.optokens import OpTokenVerifier
+from runners.prediction import Prediction
+from runners.protocol import HealthStatus, PredictionRequest
+from runners.ratelimit import TenantRateLimiter
+from runners.resources import CpuMeter, gpus, process_rss, snapshot, system_memory
+from runners.scheduler import Priority, Scheduler
+from runners.validation import InputValidator
+from runners.webhooks import WebhookDispatcher
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RequestOptions:
+    """What a prediction request's headers ask of the runner."""
+
+    tenant: str = "default"
+    priority: Priority = Priority.NORMAL
+    cache_mode: CacheMode = CacheMode.DEFAULT
+    cache_tag: str | None = None
+
+
+@dataclass(frozen=True)
+class Admitted:
+    prediction: Prediction
+    rate: RateLimit | None
+
+
+class RunnerService:
+    def __init__(self, model: Model, concurrency: int, config: RunnerConfig) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self.model = model
+        self.concurrency = concurrency
+        self.config = config
+        self.runner_id = config.runner_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.schema = model.openapi_schema()
+        self.validator = InputValidator(self.schema)
+        self.webhooks = WebhookDispatcher(config)
+        self.lifecycle = ModelLifecycle(model)
+        self.scheduler = Scheduler(concurrency, config.max_queue_depth)
+        self.limiter = TenantRateLimiter.from_env()
+        self.metrics = RunnerMetrics()
+        self.cache = ResultCache(config.cache_max_bytes, on_lookup=self._count_lookup)
+        self.op_tokens = OpTokenVerifier.from_env() if _op_tokens_configured() else None
+        self.shutdown_requested = asyncio.Event()
+        self.started_at = datetime.now(UTC).isoformat()
+        self._inflight: dict[str, Prediction] = {}
+        self._drivers: set[asyncio.Task[None]] = set()
+        self._setup_task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._cpu = CpuMeter()
+        self._capabilities: tuple[float, dict[str, Any]] | None = None
+
+    # lifecycle
+
+    async def start(self) -> None:
+        """Open the webhook session and start setup (the first load) in the background."""
+        await self.webhooks.start()
+        self._setup_task = self.lifecycle.start_setup()
+
+    async def wait_ready(self) -> bool:
+        """Wait for setup to end; True if it succeeded."""
+        if self._setup_task is not None:
+            await asyncio.shield(self._setup_task)
+        return self.ready
+
+    async def stop(self) -> None:
+        """Let in-flight predictions finish within the grace period, cancel the rest, and
+        give their terminal webhooks the same time again before closing the session."""
+        grace = self.config.shutdown_grace
+        self._stopping = True  # a request still arriving on an open connection is refused
+        if self._drivers:
+            _, pending = await asyncio.wait(set(self._drivers), timeout=grace)
+            if pending:
+                log.warning("canceling %d predictions still running at shutdown", len(pending))
+                for prediction in list(self._inflight.values()):
+                    prediction.cancel()
+                await asyncio.wait(pending, timeout=grace)
+        self.lifecycle.cancel()
+        await self.webhooks.close(timeout=grace)
+
+    # state
+
+    @property
+    def ready(self) -> bool:
+        return self.lifecycle.loaded
+
+    @property
+    def starting(self) -> bool:
+        return self.lifecycle.setup_result["status"] == "starting"
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def health(self) -> dict[str, Any]:
+        """coglet's ``/health-check`` document."""
+        state = self.lifecycle.state
+        if state is ModelState.FAILED:
+            status = HealthStatus.SETUP_FAILED
+        elif not self.ready:
+            status = HealthStatus.STARTING
+        elif self.scheduler.in_use >= self.concurrency:
+            status = HealthStatus.BUSY  # coglet's meaning: every slot is running a model
+        else:
+            status = HealthStatus.READY
+        return {
+            "status": status.value,
+            "setup": dict(self.lifecycle.setup_result),
+            "version": {"coglet": COG_VERSION, "python": platform.python_version()},
+        }
+
+    def problems(self) -> list[str]:
+        """Why the runner is unhealthy (``GET /health``); empty when it is healthy."""
+        if self.starting:
+            return ["starting"]
+        reasons = ["stopping"] if self._stopping else []
+        if self.lifecycle.state is not ModelState.LOADED:
+            reasons.append(f"model {self.lifecycle.state.value}")
+        if self.out_of_memory():
+            reasons.append("out of memory")
+        if self.config.max_queue_depth and self.scheduler.saturated:
+            reasons.append("queue saturated")
+        return reasons
+
+    def out_of_memory(self) -> bool:
+        limit = self.config.memory_limit
+        if limit is not None and process_rss() > limit:
+            return True
+        floor = self.config.min_free_memory
+        _, available = system_memory()
+        if available is not None and available < floor:
+            return True
+        return self.model.device.startswith("cuda") and any(
+            device.memory_free is not None and device.memory_free < floor for device in gpus()
+        )
+
+    def get(self, prediction_id: str) -> Prediction | None:
+        return self._inflight.get(prediction_id)
+
+    # predictions
+
+    def submit(
+        self,
+        prediction_id: str,
+        request: PredictionRequest,
+        trace: Mapping[str, str],
+        options: RequestOptions | None = None,
+    ) -> Admitted:
+        """Validate, admit (a slot or a queue place), count against the tenant's limit and
+        start; raises :mod:`runners.errors`."""
+        options = options or RequestOptions()
+        inputs = self.validator.prepare(request.input)
+        if self._stopping or self.starting or self.lifecycle.state is ModelState.FAILED:
+            raise NotReadyError()
+        if not self.ready:
+            raise ModelNotLoadedError(self.model.name)
+        ticket = self.scheduler.admit(options.priority)
+        try:
+            rate = self.limiter.check(options.tenant)
+        except RateLimitedError:
+            self.scheduler.release(ticket)
+            raise
+        sender = None
+        if request.webhook:
+            sender = self.webhooks.sender(request.webhook, request.webhook_events_filter, trace)
+        cache = CacheView(
+            self.cache, self.model.name, options.tenant, options.cache_mode, options.cache_tag
+        )
+        prediction = Prediction(
+            prediction_id,
+            inputs,
+            request.context,
+            sender,
+            ticket=ticket,
+            scheduler=self.scheduler,
+            tenant=options.tenant,
+            cache=cache,
+            on_gpu=self.model.device.startswith("cuda"),
+        )
+        self._inflight[prediction_id] = prediction
+        driver = prediction.start(self.model, self._release)
+        self._drivers.add(driver)
+        driver.add_done_callback(self._drivers.discard)
+        return Admitted(prediction, rate)
+
+    def refused(self, tenant: str, reason: str) -> None:
+        self.metrics.requests.labels(self.model.name, tenant, reason).inc()
+
+    def _release(self, prediction: Prediction) -> None:
+        if self._inflight.get(prediction.id) is prediction:
+            del self._inflight[prediction.id]
+        name = self.model.name
+        self.metrics.requests.labels(name, prediction.tenant, prediction.status.value).inc()
+        self.metrics.queue_wait.labels(name).observe(prediction.queue_wait_time)
+        if prediction.predict_time:
+            self.metrics.inference.labels(name).observe(prediction.predict_time)
+
+    def cancel(self, prediction_id: str) -> bool:
+        prediction = self._inflight.get(prediction_id)
+        return prediction is not None and prediction.cancel()
+
+    # control
+
+    def check_model(self, model_id: str | None) -> None:
+        if model_id is not None and model_id != self.model.name:
+            raise UnknownModelError(model_id, self.model.name)
+
+    def load(self, model_id: str, evict: str | None) -> LoadTask:
+        self.check_model(model_id)
+        if evict is not None:
+            self.check_model(evict)
+            self._refuse_while_running("evict")
+        if self.lifecycle.current is not None:
+            raise LifecycleConflictError(f"Model {model_id} is already being loaded")
+        task = self.lifecycle.start_load(evict)
+        self._capabilities = None
+        return task
+
+    async def unload(self, model_id: str) -> int:
+        self.check_model(model_id)
+        if self.lifecycle.current is not None:
+            raise LifecycleConflictError(f"Model {model_id} is being loaded")
+        if not self.ready:
+            raise LifecycleConflictError(f"Model {model_id} is not loaded")
+        self._refuse_while_running("unload")
+        freed = await self.lifecycle.unload()
+        freed += self.cache.flush(FlushScope.MODEL, model_id).bytes_freed
+        self._capabilities = None
+        return freed
+
+    async def flush(self, scope: FlushScope, value: str | None) -> Flushed:
+        if scope is FlushScope.MODEL:
+            self.check_model(value)
+        flushed = self.cache.flush(scope, value)
+        if scope in (FlushScope.ALL, FlushScope.MODEL) and self.ready:
+            model_freed = await self.model.flush_cache()
+            flushed = Flushed(flushed.entries, flushed.bytes_freed + model_freed)
+        self._capabilities = None
+        return flushed
+
+    def _refuse_while_running(self, action: str) -> None:
+        if self._inflight:
+            raise LifecycleConflictError(
+                f"Cannot {action} {self.model.name}: {len(self._inflight)} predictions are "
+                "running or queued; retry when they have finished"
+            )
+
+    # reporting
+
+    def capabilities(self) -> dict[str, Any]:
+        """The capabilities document, recomputed at most every ``capabilities_ttl`` seconds."""
+        now = time.monotonic()
+        if self._capabilities is not None and now - self._capabilities[0] < (
+            self.config.capabilities_ttl
+        ):
+            return self._capabilities[1]
+        document = self._build_capabilities()
+        self._capabilities = (now, document)
+        return document
+
+    def _build_capabilities(self) -> dict[str, Any]:
+        lifecycle, model = self.lifecycle, self.model
+        loaded, loading = [], []
+        if lifecycle.loaded:
+            loaded.append(
+                {
+                    "id": model.name,
+                    "device": model.device,
+                    "memory_bytes": model.memory_bytes(),
+                    "load_time_seconds": lifecycle.last_load_time,
+                    **model.extra_capabilities(),
+                }
+            )
+        if (task := lifecycle.current) is not None:
+            loading.append(
+                {
+                    "id": task.model_id,
+                    "task_id": task.id,
+                    "progress": lifecycle.progress(task),
+                    "eta": lifecycle.eta(task),
+                }
+            )
+        reasons = self.problems()
+        return {
+            "runner": {
+                "type": "conduit",
+                "id": self.runner_id,
+                "cog_version": COG_VERSION,
+                "started_at": self.started_at,
+            },
+            "hardware": "gpu" if model.device.startswith("cuda") else "cpu",
+            "models": {
+                "loaded": loaded,
+                "loading": loading,
+                "available": [{"id": model.name, "state": lifecycle.state.value}],
+            },
+            "resources": snapshot(self._cpu),
+            "queue": {
+                "depth": self.scheduler.depth,
+                "max_depth": self.config.max_queue_depth,
+                "slots": self.concurrency,
+                "slots_in_use": self.scheduler.in_use,
+                **self.scheduler.wait_stats(),
+            },
+            "capabilities": {
+                "streaming": True,
+                "cancel": True,
+                "priorities": [priority.value for priority in Priority],
+                "cache_modes": [mode.value for mode in CacheMode],
+                "cache_flush_scopes": [scope.value for scope in FlushScope],
+                "model_load": True,
+                "tenant_rate_limits": self.limiter.enabled,
+                "op_tokens": self.op_tokens is not None,
+            },
+            "health": {"status": "unhealthy" if reasons else "healthy", "reasons": reasons},
+            "generated_at": datetime.now(UTC).isoformat(),
+        }
+
+    def metrics_exposition(self) -> bytes:
+        def gauges() -> dict[str, float]:
+            _, available = system_memory()
+            return {
+                "queue_depth": self.scheduler.depth,
+                "slots_in_use": self.scheduler.in_use,
+                "cache_hit_ratio": self.cache.hit_rate,
+                "memory_rss": process_rss(),
+                "memory_model": self.model.memory_bytes() if self.ready else 0,
+                "memory_cache": self.cache.bytes_used,
+                "memory_system_free": available or 0,
+            }
+
+        self.metrics.refresh(gauges)
+        return self.metrics.exposition()
+
+    def _count_lookup(self, hit: bool) -> None:
+        self.metrics.cache_lookups.labels("hit" if hit else "miss").inc()
+
+
+def _op_tokens_configured() -> bool:
+    return bool(os.environ.get("VERIFIED_OP_TOKEN_KEY_PATH"))

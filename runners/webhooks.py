@@ -1,0 +1,180 @@
+"""Webhook delivery from the runner to whoever started a prediction.
+
+Unlike coglet, which fires each non-terminal webhook as its own task (so they can arrive out
+of order), every prediction gets one :class:`WebhookSender` whose single task posts its
+snapshots in order. Snapshots are cumulative, so a newer one simply replaces a pending one
+that has not gone out yet. Non-terminal posts are best effort; the terminal one is retried
+with exponential backoff. None of it ever holds a prediction slot: a slow or dead receiver
+must not wedge the model (cog issues #742, #2229).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+import yarl
+
+from runners import COG_VERSION
+from runners.config import RunnerConfig
+from runners.protocol import WebhookEvent
+
+log = logging.getLogger(__name__)
+
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class WebhookDispatcher:
+    """Owns the runner's one HTTP client session and every sender task, for draining."""
+
+    def __init__(self, config: RunnerConfig) -> None:
+        self.config = config
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.config.webhook_timeout)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("WebhookDispatcher.start() has not run")
+        return self._session
+
+    def sender(
+        self, url: str, events: Collection[WebhookEvent], trace: Mapping[str, str]
+    ) -> WebhookSender | None:
+        """A sender for one prediction, or None (logged) when ``url`` is not http(s)."""
+        parsed = yarl.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            log.error("ignoring webhook %r: not an http(s) URL", url)
+            return None
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "*/*",
+            "User-Agent": f"coglet/{COG_VERSION}",
+            **trace,
+        }
+        if self.config.webhook_auth_token:
+            headers["Authorization"] = f"Bearer {self.config.webhook_auth_token}"
+        return WebhookSender(self, url, frozenset(events), headers)
+
+    def spawn(self, sender: WebhookSender) -> asyncio.Task[None]:
+        task = asyncio.create_task(sender.deliver())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self, timeout: float) -> None:
+        """Give pending deliveries ``timeout`` seconds, then drop them and close the session."""
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if self._session is not None:
+            await self._session.close()
+
+
+class WebhookSender:
+    """One prediction's webhooks, posted in order by a single task."""
+
+    def __init__(
+        self,
+        dispatcher: WebhookDispatcher,
+        url: str,
+        events: frozenset[WebhookEvent],
+        headers: dict[str, str],
+    ) -> None:
+        self._dispatcher = dispatcher
+        self._config = dispatcher.config
+        self.url = url
+        self.events = events
+        self._headers = headers
+        self._pending: dict[str, Any] | None = None
+        self._terminal: dict[str, Any] | None = None
+        self._finished = False
+        self._last_queued = float("-inf")
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def send(self, event: WebhookEvent, snapshot: dict[str, Any]) -> None:
+        """Queue ``snapshot`` for ``event``; never blocks. ``completed`` ends the sender."""
+        if event is WebhookEvent.COMPLETED:
+            self._finished = True
+            if event in self.events:
+                self._terminal, self._pending = snapshot, None
+        elif event not in self.events or self._throttled(event):
+            return
+        else:
+            self._pending = snapshot
+        self._wake.set()
+        if self._task is None:
+            self._task = self._dispatcher.spawn(self)
+
+    def _throttled(self, event: WebhookEvent) -> bool:
+        # Only logs are throttled: coglet learned that throttling output made the director
+        # miss intermediate outputs. Any non-terminal post restarts the logs interval.
+        now = time.monotonic()
+        if event is WebhookEvent.LOGS and now - self._last_queued < self._config.throttle_interval:
+            return True
+        self._last_queued = now
+        return False
+
+    async def deliver(self) -> None:
+        try:
+            await self._deliver()
+        except Exception:
+            log.exception("webhook delivery to %s stopped", self.url)
+
+    async def _deliver(self) -> None:
+        while True:
+            if self._pending is not None:
+                payload, self._pending = self._pending, None
+                await self._post_best_effort(payload)
+            elif self._terminal is not None:
+                await self._post_with_retries(self._terminal)
+                return
+            elif self._finished:
+                return
+            else:
+                self._wake.clear()
+                await self._wake.wait()
+
+    async def _post(self, payload: dict[str, Any]) -> int:
+        body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
+        session = self._dispatcher.session
+        async with session.post(self.url, data=body, headers=self._headers) as response:
+            await response.read()
+            return response.status
+
+    async def _post_best_effort(self, payload: dict[str, Any]) -> None:
+        try:
+            await self._post(payload)
+        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            log.debug("non-terminal webhook to %s failed: %r", self.url, error)
+
+    async def _post_with_retries(self, payload: dict[str, Any]) -> None:
+        for attempt in range(self._config.webhook_max_retries + 1):
+            try:
+                status = await self._post(payload)
+            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+                log.warning("terminal webhook to %s failed: %r", self.url, error)
+            else:
+                if status < 300:
+                    return
+                if status not in _RETRY_STATUSES:
+                    log.error("terminal webhook to %s refused with %d", self.url, status)
+                    return
+                log.warning("terminal webhook to %s answered %d", self.url, status)
+            if attempt < self._config.webhook_max_retries:
+                await asyncio.sleep(self._config.webhook_backoff_base * 2 ** min(attempt + 1, 10))
+        attempts = self._config.webhook_max_retries + 1
+        log.error("terminal webhook to %s gave up after %d attempts", self.url, attempts)

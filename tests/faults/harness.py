@@ -1,0 +1,218 @@
+"""Fault drills: a stack with fast failure detection, a load generator that records every client
+call, a record of every runner invocation, and the checks every drill ends with.
+
+The checks: lost = 0 (every 201 reaches a terminal state), exactly one ``done`` event per
+prediction, and every duplicate runner invocation explained (a deliberate re-run, counted by the
+prediction's ``runs``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import redis
+
+from tests.fixtures.admin import Admin
+from tests.fixtures.processes import Launcher, Proc
+from tests.fixtures.waiting import wait_for
+
+TERMINAL = ("succeeded", "failed", "canceled", "aborted")
+
+#: Director settings for drills: failures are noticed in about a second, not a minute.
+FAST_DIRECTOR = {
+    "visibility_timeout": "3",
+    "heartbeat_interval": "0.5",
+    "claim_interval": "0.5",
+    "retry_interval": "1",
+    "reconcile_interval": "1",
+    "reconcile_after": "2",
+    "runner_check_interval": "0.5",
+    "cancel_grace": "2",
+    "shutdown_grace": "5",
+}
+
+
+@dataclass
+class Submitted:
+    id: str
+    token: str
+    deployment: str
+    at: float
+
+
+@dataclass
+class Drill:
+    """One drill's stack and records."""
+
+    launcher: Launcher
+    admin: Admin
+    database_url: str
+    redis_url: str
+    record: Path
+    api_url: str = ""
+    submitted: list[Submitted] = field(default_factory=list)
+    refused: Counter[int] = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def accounts(self, n: int) -> list[str]:
+        return [self.admin.create_account(f"drill-{uuid.uuid4().hex[:8]}") for _ in range(n)]
+
+    def deployment(self, prefix: str, **options: Any) -> str:
+        name = f"drill/{prefix}-{uuid.uuid4().hex[:6]}"
+        self.admin.create_deployment(name, "drill/faulty", **options)
+        return name
+
+    def director(self, deployment: str, runner_url: str, concurrency: int = 4, **env: str) -> Proc:
+        return self.launcher.director(
+            deployment, runner_url, concurrency=concurrency, **{**FAST_DIRECTOR, **env}
+        )
+
+    def submit(
+        self,
+        token: str,
+        deployment: str,
+        input: dict[str, Any],
+        headers: dict[str, str] | None = None,
+    ) -> str | None:
+        """One create, recorded: the id on 201, None otherwise (the client saw a refusal)."""
+        try:
+            response = httpx.post(
+                f"{self.api_url}/v1/deployments/{deployment}/predictions",
+                json={"input": input},
+                headers={"Authorization": f"Bearer {token}", **(headers or {})},
+                timeout=10,
+            )
+        except httpx.HTTPError:
+            with self.lock:
+                self.refused[0] += 1
+            return None
+        if response.status_code != 201:
+            with self.lock:
+                self.refused[response.status_code] += 1
+            return None
+        prediction_id: str = response.json()["id"]
+        with self.lock:
+            self.submitted.append(Submitted(prediction_id, token, deployment, time.monotonic()))
+        return prediction_id
+
+    def load(
+        self,
+        jobs: Iterable[tuple[str, str, dict[str, Any]]],
+        workers: int = 8,
+        pace: Callable[[], None] | None = None,
+    ) -> None:
+        """Submit (token, deployment, input) jobs from a thread pool."""
+        with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+            futures = []
+            for token, deployment, input in jobs:
+                futures.append(pool.submit(self.submit, token, deployment, input))
+                if pace is not None:
+                    pace()
+            for future in futures:
+                future.result()
+
+    def statuses(self, ids: list[str] | None = None) -> dict[str, tuple[str, int, str | None]]:
+        """id -> (status, claims, error); claims = the fenced attempts made on it."""
+        ids = ids if ids is not None else [s.id for s in self.submitted]
+        with psycopg.connect(self.database_url) as conn:
+            rows = conn.execute(
+                "SELECT id, status, attempt, error FROM predictions WHERE id = ANY(%s)", (ids,)
+            ).fetchall()
+        return {row[0]: (row[1], row[2], row[3]) for row in rows}
+
+    def settle(self, timeout: float = 120) -> dict[str, tuple[str, int, str | None]]:
+        def all_terminal() -> tuple[dict[str, tuple[str, int, str | None]]] | None:
+            states = self.statuses()
+            done = all(states.get(s.id, ("",))[0] in TERMINAL for s in self.submitted)
+            return (states,) if done else None  # a tuple: truthy even with nothing submitted
+
+        return wait_for(all_terminal, "every accepted prediction terminal", timeout, 0.25)[0]
+
+    def completion_times(self, ids: list[str]) -> list[float]:
+        """Seconds from create to terminal state, sorted, for the given predictions."""
+        with psycopg.connect(self.database_url) as conn:
+            rows = conn.execute(
+                "SELECT extract(epoch from completed_at - created_at) FROM predictions "
+                "WHERE id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+        return sorted(float(r[0]) for r in rows)
+
+    def invocations(self) -> Counter[str]:
+        if not self.record.exists():
+            return Counter()
+        return Counter(line for line in self.record.read_text().splitlines() if line)
+
+    def done_events(self, ids: list[str]) -> Counter[str]:
+        counts: Counter[str] = Counter()
+        with redis.Redis.from_url(self.redis_url) as r:
+            for prediction_id in ids:
+                entries = r.xrange(f"events:prediction:{prediction_id}")
+                counts[prediction_id] = sum(1 for _, f in entries if f.get(b"type") == b"done")
+        return counts
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    submitted: int
+    terminal: int
+    lost: int
+    duplicates: int
+    explained: int
+    seconds: float
+    statuses: Counter[str]
+    note: str = ""
+
+
+RESULTS: list[Outcome] = []
+
+
+def verify(
+    drill: Drill,
+    scenario: str,
+    started: float,
+    timeout: float = 120,
+    check_done_events: bool = True,
+    note: str = "",
+) -> Outcome:
+    """The checks every drill ends with; records its figures for the summary table."""
+    states = drill.settle(timeout)
+    ids = [s.id for s in drill.submitted]
+    terminal = sum(1 for i in ids if states[i][0] in TERMINAL)
+    invoked = drill.invocations()
+    duplicates = {i: n for i, n in invoked.items() if i in states and n > 1}
+    # A duplicate run is explained when every invocation had a fenced claim of its own: the
+    # prediction was claimed again after a fault (a killed director, a crashed runner) and run
+    # again, on purpose (max_attempts) or because the first run never reported its start.
+    # A second invocation under a single claim would be a real double run.
+    explained = sum(1 for i, n in duplicates.items() if n <= states[i][1])
+    outcome = Outcome(
+        scenario,
+        submitted=len(ids),
+        terminal=terminal,
+        lost=len(ids) - terminal,
+        duplicates=len(duplicates),
+        explained=explained,
+        seconds=round(time.monotonic() - started, 1),
+        statuses=Counter(states[i][0] for i in ids),
+        note=note,
+    )
+    RESULTS.append(outcome)
+    assert outcome.lost == 0, outcome
+    assert outcome.duplicates == outcome.explained, (outcome, duplicates)
+    if check_done_events:
+        done = drill.done_events(ids)
+        wrong = {i: n for i, n in done.items() if n != 1}
+        assert not wrong, f"predictions without exactly one done event: {wrong}"
+    return outcome

@@ -1,0 +1,100 @@
+"""Drills 6 and 7: heartbeats keep a long job with its live director; a dead director's job is
+reclaimed in time; a paused-then-resumed (zombie) director changes nothing."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+
+from tests.faults.conftest import register_faulty
+from tests.faults.harness import FAST_DIRECTOR, TERMINAL, Drill, Submitted, verify
+from tests.fixtures.receiver import webhook_receiver
+from tests.fixtures.waiting import wait_for
+
+VISIBILITY = float(FAST_DIRECTOR["visibility_timeout"])
+CLAIM = float(FAST_DIRECTOR["claim_interval"])
+
+
+def _status(drill: Drill, prediction_id: str) -> str:
+    return drill.statuses([prediction_id])[prediction_id][0]
+
+
+def test_long_job_keeps_its_director_and_a_dead_ones_job_is_reclaimed(drill: Drill) -> None:
+    (_, url_a), (_, url_b) = (drill.launcher.runner("faulty", 1) for _ in range(2))
+    register_faulty(drill, url_a)
+    name = drill.deployment("long")
+    [token] = drill.accounts(1)
+    owner = drill.director(name, url_a, concurrency=1)
+    started = time.monotonic()
+    long_id = drill.submit(token, name, {"n": 1, "delay": 3 * VISIBILITY})
+    assert long_id
+    wait_for(lambda: _status(drill, long_id) == "processing", "long job running")
+    rival = drill.director(name, url_b, concurrency=1)  # would reclaim it, were it idle
+    wait_for(lambda: _status(drill, long_id) in TERMINAL, "long job done", timeout=30)
+    assert _status(drill, long_id) == "succeeded"
+    assert drill.invocations()[long_id] == 1  # never stolen while its director lived
+
+    rival.stop()  # so the next job surely goes to the owner
+    doomed = drill.submit(token, name, {"n": 1, "delay": 30})
+    assert doomed
+    wait_for(lambda: _status(drill, doomed) == "processing", "second long job running")
+    drill.director(name, url_b, concurrency=1)
+    owner.kill()
+    killed_at = time.monotonic()
+    wait_for(lambda: _status(drill, doomed) in TERMINAL, "reclaimed", timeout=VISIBILITY + 10)
+    reclaim_seconds = time.monotonic() - killed_at
+    state, _, error = drill.statuses([doomed])[doomed]
+    assert state == "failed" and "interrupted" in (error or "")
+    assert reclaim_seconds <= VISIBILITY + CLAIM + 3
+    verify(
+        drill,
+        "6 long job 3x visibility; owner killed",
+        started,
+        note=f"reclaimed in {reclaim_seconds:.1f}s (limit {VISIBILITY + CLAIM:.1f}s + margin)",
+    )
+
+
+def test_zombie_director_changes_nothing(drill: Drill) -> None:
+    (_, url_a), (_, url_b) = (drill.launcher.runner("faulty", 1) for _ in range(2))
+    register_faulty(drill, url_a)
+    name = drill.deployment("zombie", max_attempts=2)
+    [token] = drill.accounts(1)
+    zombie = drill.director(name, url_a, concurrency=1)
+    started = time.monotonic()
+    with webhook_receiver() as receiver:
+        response = httpx.post(
+            f"{drill.api_url}/v1/deployments/{name}/predictions",
+            json={"input": {"n": 8, "delay": 0.5}, "webhook": receiver.url + "/z"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert response.status_code == 201
+        prediction_id = response.json()["id"]
+        drill.submitted.append(Submitted(prediction_id, token, name, time.monotonic()))
+        wait_for(lambda: _status(drill, prediction_id) == "processing", "running on A")
+        assert zombie.popen is not None
+        zombie.popen.send_signal(signal.SIGSTOP)
+        try:
+            drill.director(name, url_b, concurrency=1)
+            # B reclaims past the visibility timeout and runs it again (max_attempts=2).
+            wait_for(
+                lambda: _status(drill, prediction_id) in TERMINAL,
+                "finished by the second director",
+                timeout=40,
+            )
+        finally:
+            zombie.popen.send_signal(signal.SIGCONT)
+        final = drill.statuses([prediction_id])[prediction_id]
+        assert final[0] == "succeeded" and final[1] == 2
+        # The zombie resumes, its runner's webhooks arrive, its heartbeat finds the entry
+        # taken: nothing it does may change the outcome.
+        wait_for(lambda: drill.invocations()[prediction_id] == 2, "both runs recorded")
+        with httpx.Client(headers={"Authorization": f"Bearer {token}"}) as client:
+            after = client.get(f"{drill.api_url}/v1/predictions/{prediction_id}").json()
+        assert after["status"] == "succeeded"
+        assert after["output"] == [f"hello-{i}" for i in range(8)]
+        completed = [r for r in receiver.to("/z") if r.json()["status"] in TERMINAL]
+        assert [r.json()["status"] for r in completed] == ["succeeded"]
+        assert all(r.json()["status"] in ("processing", "succeeded") for r in receiver.to("/z"))
+    verify(drill, "7 SIGSTOP director past visibility, SIGCONT", started)

@@ -1,0 +1,208 @@
+"""The preempting intermediate-webhook sender against a real local receiver."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.fixtures.waiting import apace
+from tracker.ids import new_webhook_secret
+from tracker.intermediate import IntermediateSender
+from tracker.ssrf import parse_cidrs
+from tracker.webhooks import WebhookPolicy, open_session
+
+INTERVAL = 0.2
+DEADLINE = 10.0
+
+
+@dataclass
+class Arrival:
+    at: float
+    body: dict[str, Any]
+
+
+@dataclass
+class Receiver:
+    url: str
+    status: int = 200
+    #: Seconds each request is held before answering: a slow receiver.
+    hold: float = 0.0
+    arrivals: list[Arrival] = field(default_factory=list)
+    in_flight: int = 0
+    most_in_flight: int = 0
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def wait_until(self, done: Callable[[list[Arrival]], bool]) -> list[Arrival]:
+        async with self.changed:
+            await asyncio.wait_for(self.changed.wait_for(lambda: done(self.arrivals)), DEADLINE)
+        return self.arrivals
+
+    async def nothing_more_within(self, seconds: float) -> bool:
+        """True when no request beyond those seen so far arrives within ``seconds``."""
+        seen = len(self.arrivals)
+        try:
+            await asyncio.wait_for(self.wait_until(lambda a: len(a) > seen), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    def events(self) -> list[str]:
+        return [a.body["event"] for a in self.arrivals]
+
+
+@asynccontextmanager
+async def receiver(status: int = 200, hold: float = 0.0) -> AsyncIterator[Receiver]:
+    app = web.Application()
+    server = TestServer(app, host="127.0.0.1", port=0)
+    loop = asyncio.get_running_loop()
+    target = Receiver("", status, hold)
+
+    async def handle(request: web.Request) -> web.Response:
+        at = loop.time()
+        target.in_flight += 1
+        target.most_in_flight = max(target.most_in_flight, target.in_flight)
+        body = await request.json()
+        if target.hold:
+            await apace(target.hold)  # a slow receiver, not synchronisation
+        target.in_flight -= 1
+        async with target.changed:
+            target.arrivals.append(Arrival(at, body))
+            target.changed.notify_all()
+        return web.Response(status=target.status)
+
+    app.router.add_post("/hook", handle)
+    await server.start_server()
+    target.url = f"http://127.0.0.1:{server.port}/hook"
+    try:
+        yield target
+    finally:
+        await server.close()
+
+
+@asynccontextmanager
+async def sender(
+    url: str, events: Sequence[str] | None = None, interval: float = INTERVAL
+) -> AsyncIterator[IntermediateSender]:
+    policy = WebhookPolicy(allow=parse_cidrs("127.0.0.0/8"), intermediate_interval=interval)
+    async with open_session(policy) as session:
+        webhooks = IntermediateSender(session, policy, url, new_webhook_secret(), events)
+        try:
+            yield webhooks
+        finally:
+            await webhooks.close()
+
+
+def snapshot(event: str, n: int, rendered: list[int] | None = None) -> Callable[[], str]:
+    def render() -> str:
+        if rendered is not None:
+            rendered.append(n)
+        return json.dumps({"event": event, "n": n})
+
+    return render
+
+
+async def offer_outputs(webhooks: IntermediateSender, count: int, every: float) -> None:
+    """A model producing output faster than the webhook interval."""
+    webhooks.offer("start", snapshot("start", 0))
+    for n in range(1, count + 1):
+        webhooks.offer("output" if n % 3 else "logs", snapshot("output" if n % 3 else "logs", n))
+        await apace(every)  # pacing the producer, not synchronisation
+
+
+async def test_start_first_then_throttled_newest_state() -> None:
+    count = 30
+    async with receiver() as target, sender(target.url) as webhooks:
+        await offer_outputs(webhooks, count, every=0.02)
+        arrivals = await target.wait_until(lambda a: any(x.body["n"] == count for x in a))
+
+        assert arrivals[0].body == {"event": "start", "n": 0}
+        gaps = [b.at - a.at for a, b in zip(arrivals, arrivals[1:], strict=False)]
+        assert all(gap >= 0.9 * INTERVAL for gap in gaps), gaps
+        numbers = [a.body["n"] for a in arrivals]
+        assert numbers == sorted(set(numbers)), "an older state arrived after a newer one"
+        assert numbers[-1] == count
+        assert len(arrivals) < count // 2, "newer states should have replaced waiting ones"
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert webhooks.sent == target.events()
+
+
+async def test_at_most_one_request_in_flight_to_a_slow_receiver() -> None:
+    count = 20
+    async with receiver(hold=0.15) as target, sender(target.url, interval=0.05) as webhooks:
+        await offer_outputs(webhooks, count, every=0.02)
+        arrivals = await target.wait_until(lambda a: any(x.body["n"] == count for x in a))
+
+        assert target.most_in_flight == 1
+        assert arrivals[0].body["event"] == "start"
+        assert [a.body["n"] for a in arrivals][-1] == count
+        gaps = [b.at - a.at for a, b in zip(arrivals, arrivals[1:], strict=False)]
+        assert all(gap >= 0.9 * 0.15 for gap in gaps), gaps
+
+
+async def test_start_is_never_replaced_by_a_later_state() -> None:
+    async with receiver() as target, sender(target.url) as webhooks:
+        webhooks.offer("start", snapshot("start", 0))
+        webhooks.offer("output", snapshot("output", 1))
+        webhooks.offer("logs", snapshot("logs", 2))
+        arrivals = await target.wait_until(lambda a: len(a) >= 2)
+        assert [a.body for a in arrivals] == [
+            {"event": "start", "n": 0},
+            {"event": "logs", "n": 2},
+        ]
+
+
+async def test_events_outside_the_filter_are_never_sent() -> None:
+    rendered: list[int] = []
+    async with receiver() as target, sender(target.url, events=["output"]) as webhooks:
+        # Were "start" accepted it would go first: it outranks any output.
+        webhooks.offer("start", snapshot("start", 0, rendered))
+        webhooks.offer("output", snapshot("output", 1, rendered))
+        arrivals = await target.wait_until(lambda a: len(a) >= 1)
+        assert [a.body for a in arrivals] == [{"event": "output", "n": 1}]
+        webhooks.offer("logs", snapshot("logs", 2, rendered))
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert rendered == [1]
+
+
+async def test_no_filter_means_every_intermediate_event() -> None:
+    async with receiver() as target, sender(target.url, events=None) as webhooks:
+        webhooks.offer("start", snapshot("start", 0))
+        await target.wait_until(lambda a: len(a) >= 1)
+        webhooks.offer("logs", snapshot("logs", 1))
+        await target.wait_until(lambda a: len(a) >= 2)
+        webhooks.offer("output", snapshot("output", 2))
+        await target.wait_until(lambda a: len(a) >= 3)
+        assert target.events() == ["start", "logs", "output"]
+
+
+async def test_failures_are_not_retried() -> None:
+    async with receiver(status=500) as target, sender(target.url) as webhooks:
+        webhooks.offer("start", snapshot("start", 0))
+        await target.wait_until(lambda a: len(a) >= 1)
+        webhooks.offer("output", snapshot("output", 1))
+        await target.wait_until(lambda a: len(a) >= 2)
+        assert await target.nothing_more_within(3 * INTERVAL)
+        assert [a.body["n"] for a in target.arrivals] == [0, 1]
+        assert webhooks.sent == []
+
+
+@pytest.mark.parametrize("status", [200, 500])
+async def test_close_drops_the_pending_state(status: int) -> None:
+    rendered: list[int] = []
+    async with receiver(status=status) as target, sender(target.url) as webhooks:
+        webhooks.offer("start", snapshot("start", 0, rendered))
+        await target.wait_until(lambda a: len(a) >= 1)
+        # The interval has not passed, so this one waits; close() must drop it.
+        webhooks.offer("output", snapshot("output", 1, rendered))
+        await webhooks.close()
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert rendered == [0]
+        assert target.events() == ["start"]

@@ -1,0 +1,119 @@
+"""Fenced, conditional state writes against the real Postgres."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tracker import catalog, store
+from tracker.ids import new_prediction_id
+from tracker.states import Status
+from tracker.usage import RunnerTimes
+
+SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
+
+
+async def _new_prediction(engine: AsyncEngine) -> str:
+    account, _ = await catalog.create_account(engine, f"store-{uuid.uuid4().hex[:8]}")
+    version = await catalog.create_version(engine, "store", "model", SCHEMA, None)
+    prediction = store.NewPrediction(
+        id=new_prediction_id(),
+        account_id=account.id,
+        model="store/model",
+        version_id=version,
+        deployment_id=None,
+        deployment=None,
+        input={},
+        webhook=None,
+        webhook_events_filter=None,
+        stream="vp-" + version,
+    )
+    async with engine.begin() as conn:
+        await store.insert_prediction(conn, prediction)
+    return prediction.id
+
+
+async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngine) -> None:
+    pid = await _new_prediction(engine)
+    first = await store.claim(engine, pid, "director-a")
+    second = await store.claim(engine, pid, "director-b")
+    assert first is not None and second is not None
+    assert (first["attempt"], second["attempt"]) == (1, 2)
+
+    # The first claimer is stale now: none of its writes land.
+    assert await store.mark_processing(engine, pid, 1) is None
+    assert await store.finish(engine, pid, 1, Status.SUCCEEDED, output="stale") is None
+    assert await store.mark_processing(engine, pid, 2) is not None
+    assert await store.save_progress(engine, pid, 1, ["x"], "stale") is False
+    assert await store.save_progress(engine, pid, 2, ["a"], "log\n") is True
+
+    times = RunnerTimes(predict_time=0.5)
+    done = await store.finish(engine, pid, 2, Status.SUCCEEDED, output=["a", "b"], times=times)
+    assert done is not None
+    assert done["status"] == "succeeded" and done["output"] == ["a", "b"]
+    assert done["metrics"]["predict_time"] == 0.5 and done["metrics"]["total_time"] >= 0
+
+
+async def test_exactly_one_terminal_state(engine: AsyncEngine) -> None:
+    pid = await _new_prediction(engine)
+    claimed = await store.claim(engine, pid, "director-a")
+    assert claimed is not None
+    assert await store.finish(engine, pid, 1, Status.FAILED, error="boom") is not None
+    assert await store.finish(engine, pid, 1, Status.SUCCEEDED) is None
+    assert await store.claim(engine, pid, "director-b") is None  # terminal: nothing to claim
+    row = await store.get(engine, pid)
+    assert row is not None and row["status"] == "failed" and row["error"] == "boom"
+
+
+async def test_cancel_of_unclaimed_prediction_is_immediate(engine: AsyncEngine) -> None:
+    pid = await _new_prediction(engine)
+    row = await store.get(engine, pid)
+    assert row is not None
+    canceled, now = await store.request_cancel(engine, row["account_id"], pid)
+    assert now and canceled is not None and canceled["status"] == "canceled"
+    assert canceled["completed_at"] is not None and canceled["cancel_requested"]
+    assert await store.claim(engine, pid, "director-a") is None
+
+
+async def test_cancel_of_claimed_prediction_only_flags_it(engine: AsyncEngine) -> None:
+    pid = await _new_prediction(engine)
+    claimed = await store.claim(engine, pid, "director-a")
+    assert claimed is not None
+    flagged, now = await store.request_cancel(engine, claimed["account_id"], pid)
+    assert flagged is not None and not now
+    assert flagged["status"] == "starting" and flagged["cancel_requested"] is True
+    assert await store.request_cancel(engine, claimed["account_id"] + 10_000, pid) == (None, False)
+
+
+async def _usage(engine: AsyncEngine, pid: str) -> tuple[str, float, float] | None:
+    from sqlalchemy import text
+
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT status, predict_time, billable_seconds FROM usage_records "
+                    "WHERE prediction_id = :id"
+                ),
+                {"id": pid},
+            )
+        ).one_or_none()
+    return None if row is None else (row[0], row[1], row[2])
+
+
+async def test_terminal_write_records_usage_in_the_same_statement(engine: AsyncEngine) -> None:
+    ran = await _new_prediction(engine)
+    assert await store.claim(engine, ran, "director-a") is not None
+    times = RunnerTimes(predict_time=1.25)
+    assert await store.finish(engine, ran, 1, Status.SUCCEEDED, times=times) is not None
+    assert await _usage(engine, ran) == ("succeeded", 1.25, 1.25)
+
+    aborted = await _new_prediction(engine)
+    assert await store.claim(engine, aborted, "director-a") is not None
+    assert await store.finish(engine, aborted, 1, Status.ABORTED) is not None
+    assert await _usage(engine, aborted) == ("aborted", 0.0, 0.0)  # never ran: nothing billed
+
+    fenced = await _new_prediction(engine)
+    assert await store.finish(engine, fenced, 7, Status.FAILED) is None
+    assert await _usage(engine, fenced) is None  # no terminal state, no usage row

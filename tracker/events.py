@@ -1,0 +1,129 @@
+"""The per-prediction event stream: ``events:prediction:<id>`` in Redis.
+
+Every change of a prediction is appended here in order: ``status`` (new status), ``output``
+(one chunk, as text), ``logs`` (new log text), ``error`` and ``done``. It is the one source
+for SSE and ``Prefer: wait``; the Redis entry id is the SSE event id, so ``Last-Event-ID``
+resumes exactly. A stream expires ``retention`` seconds after its ``done``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from redis.asyncio import Redis
+
+DEFAULT_RETENTION = 3600
+
+
+class EventType(enum.StrEnum):
+    STATUS = "status"
+    OUTPUT = "output"
+    LOGS = "logs"
+    ERROR = "error"
+    DONE = "done"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: str
+    type: EventType
+    data: str
+    #: On ``done`` only: the finished prediction as JSON, so a waiter needs no database read.
+    prediction: str | None = None
+
+
+def events_key(prediction_id: str) -> str:
+    return f"events:prediction:{prediction_id}"
+
+
+def output_text(chunk: Any) -> str:
+    """SSE ``output`` data is text: strings as they are, anything else as JSON."""
+    return chunk if isinstance(chunk, str) else orjson.dumps(chunk).decode()
+
+
+def done_data(status: str) -> str:
+    if status == "canceled":
+        return '{"reason":"canceled"}'
+    if status == "aborted":
+        return '{"reason":"aborted"}'
+    return "{}"
+
+
+class EventLog:
+    """Appends and reads one prediction's events."""
+
+    def __init__(self, redis: Redis, retention: int = DEFAULT_RETENTION) -> None:
+        self.redis = redis
+        self.retention = retention
+
+    async def append(
+        self,
+        prediction_id: str,
+        events: Sequence[tuple[EventType, str]],
+        final: str | None = None,
+    ) -> None:
+        if not events:
+            return
+        key = events_key(prediction_id)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for kind, data in events:
+                fields = {"type": kind.value, "data": data}
+                if kind is EventType.DONE and final is not None:
+                    fields["prediction"] = final
+                pipe.xadd(key, fields)  # type: ignore[arg-type]
+            if any(kind is EventType.DONE for kind, _ in events):
+                pipe.expire(key, self.retention)
+            await pipe.execute()
+
+    async def finish(
+        self,
+        prediction_id: str,
+        status: str,
+        error: str | None,
+        extra: Sequence[tuple[EventType, str]] = (),
+        final: str | None = None,
+    ) -> None:
+        """Append the terminal events: any last chunks, the status, the error, then ``done``
+        (carrying ``final``, the finished prediction's JSON, when given)."""
+        events = [*extra, (EventType.STATUS, status)]
+        if error:
+            events.append((EventType.ERROR, orjson.dumps({"detail": error}).decode()))
+        events.append((EventType.DONE, done_data(status)))
+        await self.append(prediction_id, events, final)
+
+    async def read(
+        self, prediction_id: str, after: str, block_ms: int | None, count: int = 500
+    ) -> list[Event]:
+        """Events after ``after`` ("0" for all), waiting up to ``block_ms`` for the first."""
+        reply: Any = await self.redis.xread(
+            {events_key(prediction_id): after}, count=count, block=block_ms
+        )
+        events: list[Event] = []
+        for _key, entries in reply or []:
+            for entry_id, fields in entries:
+                final = fields.get(b"prediction")
+                events.append(
+                    Event(
+                        _text(entry_id),
+                        EventType(_text(fields[b"type"])),
+                        _text(fields[b"data"]),
+                        _text(final) if final is not None else None,
+                    )
+                )
+        return events
+
+    async def is_done(self, prediction_id: str) -> bool:
+        """Whether the stream ends with ``done`` (nothing may follow it)."""
+        reply: Any = await self.redis.xrevrange(events_key(prediction_id), count=1)
+        return bool(reply) and reply[0][1].get(b"type") == EventType.DONE.value.encode()
+
+    async def exists(self, prediction_id: str) -> bool:
+        return bool(await self.redis.exists(events_key(prediction_id)))
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,0 +1,364 @@
+"""Prediction rows in Postgres: every state write is a conditional UPDATE.
+
+A write names the attempt it belongs to and the statuses it may leave, so a stale or duplicate
+worker's write matches no row and changes nothing (fencing). Callers learn whether their write
+won from the returned row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    Float,
+    String,
+    Table,
+    and_,
+    case,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from tracker.db import autocommit
+from tracker.deliveries import enqueue_completed
+from tracker.states import Status, sources_of
+from tracker.tables import IdempotencyKey, Prediction, UsageRecord
+from tracker.usage import CPU, UNKNOWN_HARDWARE, RunnerTimes
+
+predictions = cast(Table, Prediction.__table__)
+usage_records = cast(Table, UsageRecord.__table__)
+idempotency_keys = cast(Table, IdempotencyKey.__table__)
+_UNFINISHED = (Status.STARTING.value, Status.PROCESSING.value)
+
+
+@dataclass(frozen=True, slots=True)
+class NewPrediction:
+    id: str
+    account_id: int
+    model: str
+    version_id: str
+    deployment_id: int | None
+    deployment: str | None
+    input: dict[str, Any]
+    webhook: str | None
+    webhook_events_filter: list[str] | None
+    stream: str
+    deadline: datetime | None = None
+    source: str = "api"
+    priority: str | None = None
+
+
+async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMapping:
+    values = {
+        "id": new.id,
+        "account_id": new.account_id,
+        "model": new.model,
+        "version_id": new.version_id,
+        "deployment_id": new.deployment_id,
+        "deployment": new.deployment,
+        "input": new.input,
+        "webhook": new.webhook,
+        "webhook_events_filter": new.webhook_events_filter,
+        "stream": new.stream,
+        "deadline": new.deadline,
+        "source": new.source,
+        "priority": new.priority,
+    }
+    result = await conn.execute(insert(predictions).values(values).returning(predictions))
+    row: RowMapping = result.mappings().one()
+    return row
+
+
+async def try_xact_lock(conn: AsyncConnection, lock_id: int) -> bool:
+    """Take a transaction-scoped advisory lock without waiting; False when another holds it.
+
+    Held until ``conn``'s transaction commits or rolls back.
+    """
+    acquired = await conn.scalar(select(func.pg_try_advisory_xact_lock(lock_id)))
+    return bool(acquired)
+
+
+async def idempotent_prediction(
+    conn: AsyncConnection, account_id: int, key: str
+) -> RowMapping | None:
+    """The prediction an ``Idempotency-Key`` names, plus the key's ``request_sha256``."""
+    k = idempotency_keys.c
+    query = (
+        select(predictions, k.request_sha256)
+        .join(idempotency_keys, k.prediction_id == predictions.c.id)
+        .where(k.account_id == account_id, k.key == key)
+    )
+    return (await conn.execute(query)).mappings().one_or_none()
+
+
+async def insert_idempotency_key(
+    conn: AsyncConnection, account_id: int, key: str, request_sha256: str, prediction_id: str
+) -> None:
+    values = {
+        "account_id": account_id,
+        "key": key,
+        "request_sha256": request_sha256,
+        "prediction_id": prediction_id,
+    }
+    await conn.execute(insert(idempotency_keys).values(values))
+
+
+async def get_for_account(engine: AsyncEngine, account_id: int, id: str) -> RowMapping | None:
+    query = select(predictions).where(
+        predictions.c.id == id, predictions.c.account_id == account_id
+    )
+    async with autocommit(engine).connect() as conn:
+        return (await conn.execute(query)).mappings().one_or_none()
+
+
+async def get(engine: AsyncEngine, id: str) -> RowMapping | None:
+    async with autocommit(engine).connect() as conn:
+        query = select(predictions).where(predictions.c.id == id)
+        return (await conn.execute(query)).mappings().one_or_none()
+
+
+@dataclass(frozen=True, slots=True)
+class PageKey:
+    """A keyset position in the newest-first list: (created_at, id)."""
+
+    created_at: datetime
+    id: str
+
+
+async def list_for_account(
+    engine: AsyncEngine,
+    account_id: int,
+    *,
+    after: PageKey | None,
+    before: PageKey | None,
+    limit: int,
+) -> list[RowMapping]:
+    """Newest first. ``after`` pages towards older rows, ``before`` towards newer ones."""
+    c = predictions.c
+    query = select(predictions).where(c.account_id == account_id)
+    if after is not None:
+        query = query.where(
+            or_(
+                c.created_at < after.created_at,
+                and_(c.created_at == after.created_at, c.id < after.id),
+            )
+        ).order_by(c.created_at.desc(), c.id.desc())
+    elif before is not None:
+        query = query.where(
+            or_(
+                c.created_at > before.created_at,
+                and_(c.created_at == before.created_at, c.id > before.id),
+            )
+        ).order_by(c.created_at.asc(), c.id.asc())
+    else:
+        query = query.order_by(c.created_at.desc(), c.id.desc())
+    async with autocommit(engine).connect() as conn:
+        rows = list((await conn.execute(query.limit(limit))).mappings().all())
+    if before is not None:
+        rows.reverse()
+    return rows
+
+
+async def request_cancel(
+    engine: AsyncEngine, account_id: int, id: str, webhook_base_url: str | None = None
+) -> tuple[RowMapping | None, bool]:
+    """Flag a cancel; a prediction still queued and unclaimed is canceled on the spot.
+
+    A claimed one keeps its status: the director that owns it sees the flag (or the published
+    cancel) and stops the runner. The claim sets ``claim_owner`` under the same row lock, so the
+    two paths cannot both win. Returns the row and whether this call made it terminal.
+    """
+    c = predictions.c
+    queued = and_(c.status == Status.STARTING.value, c.claim_owner.is_(None))
+    now = func.now()
+    statement = (
+        update(predictions)
+        .where(c.id == id, c.account_id == account_id, c.status.in_(_UNFINISHED))
+        .values(
+            cancel_requested=True,
+            status=case((queued, Status.CANCELED.value), else_=c.status),
+            completed_at=case((queued, now), else_=c.completed_at),
+            metrics=case((queued, _metrics_sql(None)), else_=c.metrics),
+        )
+        .returning(predictions)
+    )
+    async with engine.begin() as conn:
+        row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
+        canceled_now = row is not None and row["status"] == Status.CANCELED.value
+        if canceled_now and webhook_base_url is not None:
+            assert row is not None
+            await enqueue_completed(conn, row, webhook_base_url)
+    if row is not None:
+        return row, canceled_now
+    return await get_for_account(engine, account_id, id), False
+
+
+def _metrics_sql(times: RunnerTimes | None) -> Any:
+    """Replicate's ``metrics``: ``total_time`` (since creation) and what the runner reported."""
+    total = func.extract("epoch", func.now() - predictions.c.created_at)
+    reported = times.public_metrics() if times is not None else {}
+    pairs: list[Any] = []
+    for name, value in reported.items():
+        pairs += [name, literal(value, Float)]
+    return func.jsonb_build_object(*pairs, "total_time", total)
+
+
+async def claim(engine: AsyncEngine, id: str, owner: str) -> RowMapping | None:
+    """Take ownership of an unfinished prediction for a new attempt.
+
+    Returns the row after the claim (with the new attempt number), or None when the prediction
+    is unknown or already terminal.
+    """
+    c = predictions.c
+    statement = (
+        update(predictions)
+        .where(c.id == id, c.status.in_(_UNFINISHED))
+        .values(attempt=c.attempt + 1, claim_owner=owner)
+        .returning(predictions)
+    )
+    async with autocommit(engine).connect() as conn:
+        row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
+    return row
+
+
+async def mark_processing(engine: AsyncEngine, id: str, attempt: int) -> RowMapping | None:
+    c = predictions.c
+    statement = (
+        update(predictions)
+        .where(c.id == id, c.attempt == attempt, c.status == Status.STARTING.value)
+        .values(status=Status.PROCESSING.value, started_at=func.now(), runs=c.runs + 1)
+        .returning(c.started_at, c.cancel_requested)
+    )
+    async with autocommit(engine).connect() as conn:
+        row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
+    return row
+
+
+async def save_progress(engine: AsyncEngine, id: str, attempt: int, output: Any, logs: str) -> bool:
+    c = predictions.c
+    statement = (
+        update(predictions)
+        .where(c.id == id, c.attempt == attempt, c.status == Status.PROCESSING.value)
+        .values(output=output, logs=logs)
+    )
+    async with autocommit(engine).connect() as conn:
+        return (await conn.execute(statement)).rowcount == 1
+
+
+async def finish(
+    engine: AsyncEngine,
+    id: str,
+    attempt: int,
+    status: Status,
+    *,
+    output: Any = None,
+    logs: str | None = None,
+    error: str | None = None,
+    times: RunnerTimes | None = None,
+    hardware: str = UNKNOWN_HARDWARE,
+    webhook_base_url: str | None = None,
+) -> RowMapping | None:
+    """Write a terminal state if this attempt still owns a prediction that may reach it.
+
+    ``times`` are what the runner reported for the run, ``hardware`` what it runs on; both go
+    into the usage record. With ``webhook_base_url``, the ``completed`` webhook is recorded in
+    the same transaction.
+    """
+    c = predictions.c
+    values: dict[str, Any] = {
+        "status": status.value,
+        "error": error,
+        "completed_at": func.now(),
+        "metrics": _metrics_sql(times),
+    }
+    if status is Status.SUCCEEDED:
+        # The runner's start webhook may arrive after its terminal one (coglet sends them
+        # fire-and-forget); a success still ran, so it has a start time.
+        values["started_at"] = func.coalesce(c.started_at, func.now())
+    if output is not None:
+        values["output"] = output
+    if logs is not None:
+        values["logs"] = logs
+    terminal = (
+        update(predictions)
+        .where(c.id == id, c.attempt == attempt, c.status.in_(sources_of(status)))
+        .values(values)
+        .returning(predictions)
+    )
+    statement = _with_usage(terminal, status, times or RunnerTimes(), hardware)
+    if webhook_base_url is None:
+        async with autocommit(engine).connect() as conn:
+            row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
+        return row
+    async with engine.begin() as conn:
+        row = (await conn.execute(statement)).mappings().one_or_none()
+        if row is not None:
+            await enqueue_completed(conn, row, webhook_base_url)
+    return row
+
+
+def _with_usage(terminal: Any, status: Status, times: RunnerTimes, hardware: str) -> Any:
+    """The terminal UPDATE and its usage record as one statement (a data-modifying CTE): one
+    round trip, and no terminal state without its usage row."""
+    done = terminal.cte("done")
+    # A runner that did not report predict_time is charged the wall clock since the start.
+    ran = func.coalesce(
+        literal(times.predict_time, Float),
+        func.extract("epoch", func.now() - done.c.started_at),
+        0.0,
+    )
+    billable = literal(0.0, Float) if status is Status.ABORTED else ran
+    cpu_time = billable if hardware == CPU else literal(0.0, Float)
+    gpu_time = times.gpu_time
+    if gpu_time is None and hardware == CPU:
+        gpu_time = 0.0  # a CPU runner used no GPU, whether or not it said so
+    columns = {
+        "prediction_id": done.c.id,
+        "account_id": done.c.account_id,
+        "model": done.c.model,
+        "version_id": done.c.version_id,
+        "deployment": done.c.deployment,
+        "status": done.c.status,
+        "hardware": literal(hardware, String),
+        "predict_time": ran,
+        "billable_seconds": billable,
+        "cpu_time": cpu_time,
+        "gpu_time": literal(gpu_time, Float),
+        "queue_wait_time": literal(times.queue_wait_time, Float),
+    }
+    record = (
+        insert(usage_records).from_select(list(columns), select(*columns.values())).cte("usage")
+    )
+    return select(done).add_cte(record)
+
+
+async def cancel_requested(engine: AsyncEngine, id: str) -> bool:
+    async with autocommit(engine).connect() as conn:
+        query = select(predictions.c.cancel_requested).where(predictions.c.id == id)
+        return bool((await conn.execute(query)).scalar())
+
+
+async def reset_for_rerun(engine: AsyncEngine, id: str, attempt: int) -> RowMapping | None:
+    """Recovery, not a transition: a run interrupted by its director's death starts over.
+
+    Only for a prediction this attempt has just claimed while it was ``processing``; output and
+    logs of the lost run are dropped so the new run's are not mixed with them.
+    """
+    c = predictions.c
+    statement = (
+        update(predictions)
+        .where(c.id == id, c.attempt == attempt, c.status == Status.PROCESSING.value)
+        .values(status=Status.STARTING.value, output=None, logs="", started_at=None)
+        .returning(predictions)
+    )
+    async with autocommit(engine).connect() as conn:
+        row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
+    return row

@@ -1,0 +1,213 @@
+"""SQLAlchemy table definitions: the durable truth of Conduit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+def _now() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
+
+
+class Account(Base):
+    __tablename__ = "accounts"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    active: Mapped[bool] = mapped_column(Boolean, server_default="true")
+    webhook_secret: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _now()
+
+
+class ApiToken(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = _now()
+
+
+class Model(Base):
+    __tablename__ = "models"
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_models_owner_name"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text)
+    visibility: Mapped[str] = mapped_column(String(20), server_default="public")
+    latest_version_id: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = _now()
+
+
+class Version(Base):
+    __tablename__ = "versions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    openapi_schema: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    cog_version: Mapped[str | None] = mapped_column(String(100))
+    shards: Mapped[int] = mapped_column(Integer, server_default="8")
+    created_at: Mapped[datetime] = _now()
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+    __table_args__ = (UniqueConstraint("owner", "name", name="uq_deployments_owner_name"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    owner: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200))
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
+    version_id: Mapped[str] = mapped_column(ForeignKey("versions.id"))
+    release_number: Mapped[int] = mapped_column(Integer, server_default="1")
+    shards: Mapped[int] = mapped_column(Integer, server_default="8")
+    prediction_timeout: Mapped[float] = mapped_column(Float, server_default="1800")
+    #: Runs a prediction may start; >1 re-runs one whose director died while it was processing.
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default="1")
+    #: ``X-Priority`` sent to the runner (high, normal, low) unless a request sets its own.
+    priority: Mapped[str] = mapped_column(String(8), server_default="normal")
+    created_at: Mapped[datetime] = _now()
+
+
+class Prediction(Base):
+    __tablename__ = "predictions"
+    __table_args__ = (
+        Index("ix_predictions_account_created", "account_id", "created_at", "id"),
+        Index(
+            "ix_predictions_unfinished",
+            "status",
+            postgresql_where="status IN ('starting', 'processing')",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id"))
+    model: Mapped[str] = mapped_column(String(401))
+    version_id: Mapped[str] = mapped_column(ForeignKey("versions.id"))
+    deployment_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"))
+    deployment: Mapped[str | None] = mapped_column(String(401))
+    input: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    output: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    logs: Mapped[str] = mapped_column(Text, server_default="")
+    error: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), server_default="starting")
+    created_at: Mapped[datetime] = _now()
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default="{}")
+    webhook: Mapped[str | None] = mapped_column(Text)
+    webhook_events_filter: Mapped[list[str] | None] = mapped_column(ARRAY(String(16)))
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    attempt: Mapped[int] = mapped_column(Integer, server_default="0")
+    #: How many attempts reached the runner (``processing``); bounded by max_attempts.
+    runs: Mapped[int] = mapped_column(Integer, server_default="0")
+    claim_owner: Mapped[str | None] = mapped_column(String(200))
+    stream: Mapped[str | None] = mapped_column(String(300))
+    source: Mapped[str] = mapped_column(String(16), server_default="api")
+    data_removed: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    #: The request's ``X-Priority``; NULL when it sent none (the deployment's applies).
+    priority: Mapped[str | None] = mapped_column(String(8))
+
+
+class WebhookDelivery(Base):
+    """A terminal (``completed``) webhook, stored with the terminal state and retried until
+    delivered or given up, across restarts. ``id`` is the ``webhook-id`` on every attempt."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        Index(
+            "ix_webhook_deliveries_due",
+            "next_attempt_at",
+            postgresql_where="status = 'pending'",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    prediction_id: Mapped[str] = mapped_column(ForeignKey("predictions.id", ondelete="CASCADE"))
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(Text)
+    event: Mapped[str] = mapped_column(String(16))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_attempt_at: Mapped[datetime] = _now()
+    last_status: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class IdempotencyKey(Base):
+    """An ``Idempotency-Key`` on create: the same key and body give back the same prediction."""
+
+    __tablename__ = "idempotency_keys"
+
+    account_id: Mapped[int] = mapped_column(
+        ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    prediction_id: Mapped[str] = mapped_column(ForeignKey("predictions.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = _now()
+
+
+class UsageRecord(Base):
+    """What one prediction cost: written with its terminal state, in the same statement."""
+
+    __tablename__ = "usage_records"
+    __table_args__ = (Index("ix_usage_records_account_created", "account_id", "created_at"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    prediction_id: Mapped[str] = mapped_column(
+        ForeignKey("predictions.id", ondelete="CASCADE"), unique=True
+    )
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(401))
+    version_id: Mapped[str] = mapped_column(String(64))
+    deployment: Mapped[str | None] = mapped_column(String(401))
+    #: What the runner runs on, from its capabilities ("runner" when it does not say).
+    hardware: Mapped[str] = mapped_column(String(64), server_default="runner")
+    status: Mapped[str] = mapped_column(String(16))
+    #: Seconds the model ran (the runner's predict_time); canceled runs count what they ran.
+    predict_time: Mapped[float] = mapped_column(Float, server_default="0")
+    #: Seconds on a GPU as the runner reported them (0 on a CPU runner); NULL when not said.
+    gpu_time: Mapped[float | None] = mapped_column(Float)
+    #: Seconds of a CPU runner's slot: predict_time on ``cpu`` hardware, else 0.
+    cpu_time: Mapped[float] = mapped_column(Float, server_default="0")
+    #: Seconds queued inside the runner before a slot freed; NULL when the runner did not say.
+    queue_wait_time: Mapped[float | None] = mapped_column(Float)
+    #: What is billed: predict_time for anything that ran, 0 for aborted predictions.
+    billable_seconds: Mapped[float] = mapped_column(Float, server_default="0")
+    created_at: Mapped[datetime] = _now()

@@ -1,0 +1,233 @@
+"""One attempt at one prediction: apply runner snapshots, write them durably (fenced), and tell
+the world: the per-prediction event stream and the client's webhooks.
+
+Status changes are written at once; output and logs are accumulated and flushed at most every
+``flush_interval`` seconds and at the end, so a model that yields a token every millisecond costs
+two writes a second, not a thousand. Events are appended as they happen. The ``completed``
+webhook is stored in the terminal state's own transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tracker import store
+from tracker.deliveries import Dispatcher, wants
+from tracker.events import EventLog, EventType, output_text
+from tracker.intermediate import IntermediateSender
+from tracker.render import render_prediction
+from tracker.retry import TRANSIENT, persistently
+from tracker.states import Status, check_transition
+from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Publishing:
+    """Where an attempt's changes go besides Postgres."""
+
+    events: EventLog
+    base_url: str
+    dispatcher: Dispatcher | None = None
+    webhooks: IntermediateSender | None = None
+
+
+class AttemptTracker:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        row: Mapping[Any, Any],
+        publishing: Publishing,
+        flush_interval: float = 0.5,
+        hardware: str = UNKNOWN_HARDWARE,
+    ) -> None:
+        self.engine = engine
+        self.prediction_id: str = row["id"]
+        self.attempt: int = row["attempt"]
+        self.state = dict(row)
+        self.publishing = publishing
+        self.flush_interval = flush_interval
+        #: What the runner runs on, for the usage record.
+        self.hardware = hardware
+        self.status = Status.STARTING
+        self.output: Any = None
+        self.logs = ""
+        self._published_outputs = 0
+        self._dirty = False
+        self._flusher: asyncio.Task[None] | None = None
+        #: Set when a fenced write found another attempt in charge: publish nothing more.
+        self.fenced = False
+
+    @property
+    def _wants_completed(self) -> bool:
+        return wants(self.state, "completed")
+
+    def _body(self) -> str:
+        state = {
+            **self.state,
+            "status": self.status.value,
+            "output": self.output,
+            "logs": self.logs,
+        }
+        return orjson.dumps(render_prediction(state, self.publishing.base_url)).decode()
+
+    def _offer(self, event: str) -> None:
+        if self.publishing.webhooks is not None:
+            self.publishing.webhooks.offer(event, self._body)
+
+    async def started(self) -> bool:
+        """Record that the model began running. False when this attempt no longer owns it."""
+        if self.status is not Status.STARTING:
+            return True
+        check_transition(self.status, Status.PROCESSING)
+        row = await persistently(
+            f"recording start of {self.prediction_id}",
+            lambda: store.mark_processing(self.engine, self.prediction_id, self.attempt),
+        )
+        if row is None:
+            return False
+        self.status = Status.PROCESSING
+        self.state["started_at"] = row["started_at"]
+        await self._publish([(EventType.STATUS, Status.PROCESSING.value)])
+        self._offer("start")
+        if self._dirty:
+            self._schedule_flush()
+        return True
+
+    async def progress(self, output: Any, logs: str | None) -> None:
+        """Take a runner snapshot. Snapshots can arrive out of order: never go backwards."""
+        if self.fenced:
+            return
+        events: list[tuple[EventType, str]] = []
+        if isinstance(output, list) and not _shorter(output, self.output):
+            events += self._new_chunks(output)
+            self.output = output
+        if logs is not None and len(logs) > len(self.logs):
+            events += [(EventType.LOGS, line) for line in logs[len(self.logs) :].splitlines()]
+            self.logs = logs
+        if not events:
+            return
+        await self._publish(events)
+        if any(kind is EventType.OUTPUT for kind, _ in events):
+            self._offer("output")
+        if any(kind is EventType.LOGS for kind, _ in events):
+            self._offer("logs")
+        self._dirty = True
+        if self.status is Status.PROCESSING:
+            self._schedule_flush()
+
+    async def _publish(self, events: list[tuple[EventType, str]]) -> None:
+        """Live events are best effort: a Redis blip must not fail the prediction."""
+        try:
+            await self.publishing.events.append(self.prediction_id, events)
+        except TRANSIENT as error:
+            log.debug("events of %s not published: %r", self.prediction_id, error)
+
+    def _new_chunks(self, output: list[Any]) -> list[tuple[EventType, str]]:
+        chunks = output[self._published_outputs :]
+        self._published_outputs = max(self._published_outputs, len(output))
+        return [(EventType.OUTPUT, output_text(chunk)) for chunk in chunks]
+
+    def _schedule_flush(self) -> None:
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush_later())
+
+    async def _flush_later(self) -> None:
+        await asyncio.sleep(self.flush_interval)
+        if not self._dirty:
+            return
+        self._dirty = False
+        try:
+            saved = await store.save_progress(
+                self.engine, self.prediction_id, self.attempt, self.output, self.logs
+            )
+        except TRANSIENT as error:  # the next flush, or the terminal write, catches up
+            log.debug("progress of %s not saved: %r", self.prediction_id, error)
+            self._dirty = True
+            return
+        if not saved:
+            self.fenced = True
+
+    async def finish(
+        self,
+        status: Status,
+        *,
+        output: Any = None,
+        logs: str | None = None,
+        error: str | None = None,
+        times: RunnerTimes | None = None,
+    ) -> RowMapping | None:
+        """Write the terminal state; None when another attempt or a cancel got there first.
+
+        ``times`` are what the runner reported for the run, when it did.
+        """
+        check_transition(self.status, status)
+        await self._stop_flusher()
+        last_chunks: list[tuple[EventType, str]] = []
+        if isinstance(output, list):
+            last_chunks = self._new_chunks(output)
+        elif output is not None and self._published_outputs == 0:
+            last_chunks = [(EventType.OUTPUT, output_text(output))]
+            self._published_outputs = 1
+        if output is not None:
+            self.output = output
+        if logs is not None and len(logs) > len(self.logs):
+            last_chunks += [(EventType.LOGS, line) for line in logs[len(self.logs) :].splitlines()]
+            self.logs = logs
+        row = await persistently(
+            f"recording the end of {self.prediction_id}",
+            lambda: store.finish(
+                self.engine,
+                self.prediction_id,
+                self.attempt,
+                status,
+                output=self.output,
+                logs=self.logs,
+                error=error,
+                times=times,
+                hardware=self.hardware,
+                webhook_base_url=self.publishing.base_url if self._wants_completed else None,
+            ),
+        )
+        if row is None:
+            return None
+        self.status = status
+        if self.publishing.webhooks is not None:
+            await self.publishing.webhooks.close()
+        final = orjson.dumps(render_prediction(row, self.publishing.base_url)).decode()
+        # Waiters and streams end on "done": it must get out even through a Redis blip.
+        await persistently(
+            f"publishing the end of {self.prediction_id}",
+            lambda: self.publishing.events.finish(
+                self.prediction_id, status.value, error, last_chunks, final
+            ),
+        )
+        if self.publishing.dispatcher is not None and self._wants_completed:
+            self.publishing.dispatcher.wake()
+        return row
+
+    async def _stop_flusher(self) -> None:
+        if self._flusher is not None and not self._flusher.done():
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        self._dirty = False
+
+    async def close(self) -> None:
+        await self._stop_flusher()
+        if self.publishing.webhooks is not None:
+            await self.publishing.webhooks.close()
+
+
+def _shorter(new: Any, old: Any) -> bool:
+    return isinstance(new, list) and isinstance(old, list) and len(new) < len(old)

@@ -1,0 +1,38 @@
+"""Webhook and event settings shared by the api and directors (``CONDUIT_WEBHOOK_*``)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tracker.ssrf import parse_cidrs
+from tracker.webhooks import DEFAULT_SCHEDULE, WebhookPolicy
+
+
+class WebhookSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CONDUIT_WEBHOOK_", extra="ignore")
+
+    #: Comma-separated CIDRs webhooks may reach although internal (e.g. ``127.0.0.0/8``).
+    allow_cidrs: str = ""
+    #: Comma-separated seconds before each retry of a ``completed`` webhook.
+    retry_schedule: str = ",".join(f"{s:g}" for s in DEFAULT_SCHEDULE)
+    retry_jitter: float = Field(0.2, ge=0, lt=1)
+    timeout: float = 10.0
+    #: Deliveries in flight per process.
+    concurrency: int = Field(16, ge=1)
+    #: Minimum seconds between intermediate webhooks of one prediction.
+    intermediate_interval: float = 0.5
+    #: Seconds between looks for due retries (a new terminal webhook is sent at once).
+    poll_interval: float = 1.0
+
+    def policy(self, public_url: str) -> WebhookPolicy:
+        return WebhookPolicy(
+            allow=parse_cidrs(self.allow_cidrs),
+            schedule=tuple(float(s) for s in self.retry_schedule.split(",") if s.strip()),
+            jitter=self.retry_jitter,
+            timeout=self.timeout,
+            concurrency=self.concurrency,
+            intermediate_interval=self.intermediate_interval,
+            poll_interval=self.poll_interval,
+            public_url=public_url.rstrip("/"),
+        )

@@ -1,0 +1,103 @@
+"""Webhook delivery to clients: policy, Standard Webhooks signing, one guarded HTTP POST.
+
+Signing follows Standard Webhooks (as Replicate does): ``webhook-id`` (the same on every retry
+of one event), ``webhook-timestamp`` (unix seconds of this attempt) and ``webhook-signature``
+(``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` keyed by the account's ``whsec_`` secret).
+Redirects are never followed: a 3xx is a failed attempt.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import aiohttp
+from standardwebhooks.webhooks import Webhook
+
+from tracker.ssrf import BlockedAddress, GuardedResolver, Network, check_webhook_url
+
+#: Seconds to wait before each retry of a terminal webhook; 11 attempts over ~27 hours.
+DEFAULT_SCHEDULE: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 43200)
+USER_AGENT = "conduit-webhooks/0.1"
+
+
+@dataclass(frozen=True)
+class WebhookPolicy:
+    allow: Sequence[Network] = ()
+    schedule: Sequence[float] = DEFAULT_SCHEDULE
+    jitter: float = 0.2
+    timeout: float = 10.0
+    concurrency: int = 16
+    intermediate_interval: float = 0.5
+    poll_interval: float = 1.0
+    #: Seconds a dispatcher holds a due delivery; a crashed holder's lease expires after this.
+    lease: float = 30.0
+    public_url: str = "http://127.0.0.1:8000"
+    extra_headers: dict[str, str] = field(default_factory=dict)
+
+    def retry_delay(self, attempts: int) -> float | None:
+        """Delay before the next attempt after ``attempts`` failures; None when out of tries."""
+        if attempts > len(self.schedule):
+            return None
+        base = self.schedule[attempts - 1]
+        return base * random.uniform(1 - self.jitter, 1 + self.jitter)
+
+
+class DeliveryFailed(Exception):
+    """One attempt failed; ``status`` is the HTTP status when there was a response."""
+
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def sign(secret: str, message_id: str, body: str, when: datetime | None = None) -> dict[str, str]:
+    # The library signs ``when.replace(tzinfo=UTC)``: convert first, or a non-UTC ``when`` signs
+    # a different second than the header carries.
+    when = (when or datetime.now(UTC)).astimezone(UTC)
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(when.timestamp())),
+        "webhook-signature": Webhook(secret).sign(message_id, when, body),
+    }
+
+
+def open_session(policy: WebhookPolicy) -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(policy.allow), limit=policy.concurrency * 2
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=policy.timeout),
+        headers={"User-Agent": USER_AGENT},
+    )
+
+
+async def post(
+    session: aiohttp.ClientSession,
+    policy: WebhookPolicy,
+    url: str,
+    message_id: str,
+    secret: str,
+    body: str,
+) -> int:
+    """One signed attempt. Returns the 2xx status; raises DeliveryFailed otherwise."""
+    try:
+        check_webhook_url(url, policy.allow)
+    except BlockedAddress as error:
+        raise DeliveryFailed(str(error)) from error
+    headers = {"Content-Type": "application/json", **sign(secret, message_id, body)}
+    try:
+        async with session.post(
+            url, data=body.encode(), headers=headers, allow_redirects=False
+        ) as response:
+            await response.read()
+            if 200 <= response.status < 300:
+                return response.status
+            raise DeliveryFailed(f"receiver answered {response.status}", response.status)
+    except BlockedAddress as error:
+        raise DeliveryFailed(str(error)) from error
+    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
