@@ -5,7 +5,13 @@ Lifecycle calls (load, unload, flush) change what the runner can serve, so each 
 :mod:`runners.optokens`): 401 without one, 403 with one that fails a check (``code`` says
 which), 403 when the runner has no key configured. Inference calls need none.
 
-Bodies use the names operators' tooling sends: ``modelId``, ``evictModel``, ``taskId``.
+The token is checked before anything else in the body, so a caller without one learns nothing
+(not even which model the runner serves: an unknown model is 404 only to an authorised caller).
+
+Bodies use the names operators' tooling sends: ``modelId``, ``evictModel``, ``taskId``. A flush
+answers ``freedBytes`` for the result cache's entries and ``modelCache`` for the model's own
+caches (``null`` figures are ones the model cannot measure); 409 ``cache-busy`` when the model
+refuses to drop them now (an LLM engine with requests running).
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from runners.cache import FlushScope
-from runners.errors import LifecycleConflictError, UnknownModelError
+from runners.errors import CacheBusyError, LifecycleConflictError, UnknownModelError
+from runners.model import ModelCacheFlush
 from runners.optokens import OpTokenError
 from runners.problems import problem
 from runners.service import RunnerService
@@ -84,6 +91,8 @@ def _authorise(service: RunnerService, data: dict[str, Any], operation: str, mod
 def _conflict(error: LifecycleConflictError | UnknownModelError) -> web.Response:
     if isinstance(error, UnknownModelError):
         return problem(404, "unknown-model", "Unknown model", str(error), field="modelId")
+    if isinstance(error, CacheBusyError):
+        return problem(409, "cache-busy", "Conflict", str(error))
     return problem(409, "lifecycle-conflict", "Conflict", str(error))
 
 
@@ -92,7 +101,7 @@ async def capabilities(request: web.Request) -> web.Response:
     if service.starting or service.stopping:
         state = "starting" if service.starting else "stopping"
         return problem(503, state, "Runner unavailable", f"runner is {state}", {"Retry-After": "1"})
-    return _json(service.capabilities())
+    return _json(await service.capabilities())
 
 
 async def load_model(request: web.Request) -> web.Response:
@@ -102,7 +111,6 @@ async def load_model(request: web.Request) -> web.Response:
         model = _string(data, "modelId")
         evict = _string(data, "evictModel", required=False)
         assert model is not None
-        service.check_model(model)
         _authorise(service, data, "model-load", model)
         task = service.load(model, evict)
     except _Refused as refused:
@@ -129,14 +137,28 @@ async def unload_model(request: web.Request) -> web.Response:
         data = await _body(request)
         model = _string(data, "modelId")
         assert model is not None
-        service.check_model(model)
         _authorise(service, data, "model-unload", model)
-        freed = await service.unload(model)
+        outcome = await service.unload(model)
     except _Refused as refused:
         return refused.response
     except (LifecycleConflictError, UnknownModelError) as error:
         return _conflict(error)
-    return _json({"modelId": model, "status": "unloaded", "freedBytes": freed})
+    return _json(
+        {
+            "modelId": model,
+            "status": "unloaded",
+            "freedBytes": outcome.freed_bytes,
+            "modelBytes": outcome.unloaded.model_bytes,
+            "cacheBytes": outcome.cache.bytes_freed,
+            **outcome.unloaded.rss.as_json(),
+        }
+    )
+
+
+def _model_cache(flushed: ModelCacheFlush | None) -> dict[str, int | None] | None:
+    if flushed is None:
+        return None
+    return {"freedBytes": flushed.bytes_freed, "freedBlocks": flushed.blocks_freed}
 
 
 async def flush_cache(request: web.Request) -> web.Response:
@@ -152,28 +174,28 @@ async def flush_cache(request: web.Request) -> web.Response:
         value = None if scope is FlushScope.ALL else _string(data, scope.value)
         model = service.model.name if scope is not FlushScope.MODEL else value
         assert model is not None
-        service.check_model(model)
         _authorise(service, data, "cache-flush", model)
-        flushed = await service.flush(scope, value)
+        outcome = await service.flush(scope, value)
     except _Refused as refused:
         return refused.response
     except (LifecycleConflictError, UnknownModelError) as error:
         return _conflict(error)
+    body: dict[str, Any] = {"scope": scope.value}
+    if scope is not FlushScope.ALL:
+        body[scope.value] = value
     return _json(
-        {
-            "scope": scope.value,
-            scope.value: value,
-            "entriesRemoved": flushed.entries,
-            "freedBytes": flushed.bytes_freed,
+        body
+        | {
+            "entriesRemoved": outcome.cache.entries,
+            "freedBytes": outcome.cache.bytes_freed,
+            "modelCache": _model_cache(outcome.model),
         }
-        if scope is not FlushScope.ALL
-        else {"scope": "all", "entriesRemoved": flushed.entries, "freedBytes": flushed.bytes_freed}
     )
 
 
 async def health(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    reasons = service.problems()
+    reasons = await service.problems()
     body = {
         "status": "unhealthy" if reasons else "healthy",
         "reasons": reasons,

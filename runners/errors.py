@@ -11,6 +11,7 @@
     ├── InputValidationError  the input does not match the Input schema  -> 422
     ├── UnknownModelError     a control call names a model not served    -> 404
     └── LifecycleConflictError  load/unload now would break something    -> 409
+        └── CacheBusyError      the model refuses to drop its caches now  -> 409
 
 A model that raises while predicting is none of these: that is a prediction failure, kept as
 data (status ``failed`` with ``error``), not an exception that crosses this boundary.
@@ -109,3 +110,8 @@ class InputValidationError(RunnerError):
     def __init__(self, issues: list[ValidationIssue]) -> None:
         super().__init__("; ".join(f"{issue.field}: {issue.msg}" for issue in issues))
         self.issues = issues
+
+
+class CacheBusyError(LifecycleConflictError):
+    """Raised when a model refuses to drop its own caches now (an LLM engine with requests
+    running keeps its prefix cache)."""

@@ -5,6 +5,12 @@ it); later loads and unloads come from the control API. A load is a task with an
 (``queued`` → ``running`` → ``completed`` | ``failed``), progress and an ETA. The ETA is the
 previous successful load's duration minus the time spent so far (no previous load: unknown),
 so it is measured, not invented. Only one load or unload runs at a time.
+
+Memory is reported two ways, each named for what it is: the bytes the model says it holds
+(its tensors: ``memoryUsedBytes``, ``freedBytes``) and the process's resident set measured just
+before and after (``rssBeforeBytes``, ``rssAfterBytes``, ``rssDeltaBytes`` = after - before),
+each after a garbage collection. The two differ for real reasons: weights mapped from a
+file are resident only once touched, and an allocator may keep freed memory for reuse.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any
 
 from runners.errors import LifecycleConflictError
 from runners.model import Model
+from runners.resources import process_rss
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +37,38 @@ _KEEP_TASKS = 100
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _settled_rss(generation: int = 2) -> int:
+    """The process's RSS once garbage waiting for the collector is gone.
+
+    A load collects only the young generations (what it allocates is young, and a full
+    collection of a heap holding torch costs a quarter of a second on the event loop); an
+    unload collects everything, since the model's objects are old.
+    """
+    gc.collect(generation)
+    return process_rss()
+
+
+@dataclass(frozen=True)
+class RssChange:
+    before: int
+    after: int
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "rssBeforeBytes": self.before,
+            "rssAfterBytes": self.after,
+            "rssDeltaBytes": self.after - self.before,
+        }
+
+
+@dataclass(frozen=True)
+class Unloaded:
+    """What an unload released: the model's own figure and the measured RSS change."""
+
+    model_bytes: int
+    rss: RssChange
 
 
 class ModelState(StrEnum):
@@ -57,11 +96,12 @@ class LoadTask:
     completed_at: str | None = None
     load_time: float | None = None
     memory_used: int | None = None
+    rss: RssChange | None = None
     freed_by_evict: int | None = None
     error: str | None = None
     logs: str = ""
 
-    def as_json(self, progress: float, eta: float | None) -> dict[str, Any]:
+    def as_json(self, progress: float, eta: float | None, stage: str | None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "taskId": self.id,
             "modelId": self.model_id,
@@ -70,11 +110,15 @@ class LoadTask:
             "eta": None if eta is None else round(eta, 3),
             "createdAt": self.created_at,
         }
+        if self.status is TaskStatus.RUNNING:
+            body["stage"] = stage
         if self.evict is not None:
             body["evictModel"] = self.evict
             body["freedBytes"] = self.freed_by_evict
         if self.status is TaskStatus.COMPLETED:
             body |= {"memoryUsedBytes": self.memory_used, "loadTimeSeconds": self.load_time}
+            if self.rss is not None:
+                body |= self.rss.as_json()
         if self.status is TaskStatus.FAILED:
             body["error"] = self.error
         if self.completed_at is not None:
@@ -114,8 +158,8 @@ class ModelLifecycle:
         self._launch(task, setup=False)
         return task
 
-    async def unload(self) -> int:
-        """Unload the model; returns the bytes it held. Callers check nothing is running."""
+    async def unload(self) -> Unloaded:
+        """Unload the model; says what that released. Callers check nothing is running."""
         async with self._lock:
             return await self._unload()
 
@@ -135,7 +179,7 @@ class ModelLifecycle:
         return max(0.0, self.last_load_time - elapsed)
 
     def describe(self, task: LoadTask) -> dict[str, Any]:
-        return task.as_json(self.progress(task), self.eta(task))
+        return task.as_json(self.progress(task), self.eta(task), self.model.load_stage())
 
     async def wait(self) -> None:
         """Wait for every load started so far to end."""
@@ -167,12 +211,14 @@ class ModelLifecycle:
                 self.setup_result["started_at"] = _now()
             try:
                 if task.evict is not None and self.loaded:
-                    task.freed_by_evict = await self._unload()
+                    task.freed_by_evict = (await self._unload()).model_bytes
                 self.state = ModelState.LOADING
+                rss_before = _settled_rss(1)
                 await self.model.setup()
             except Exception as error:
                 self._failed(task, error, setup)
             else:
+                task.rss = RssChange(rss_before, _settled_rss(1))
                 self._loaded(task, setup)
             finally:
                 task.completed_at = _now()
@@ -200,9 +246,10 @@ class ModelLifecycle:
             self.setup_result["logs"] += task.logs
         log.error("loading model %s failed: %s", self.model_id, task.error)
 
-    async def _unload(self) -> int:
+    async def _unload(self) -> Unloaded:
         held = self.model.memory_bytes()
+        rss_before = _settled_rss()
         await self.model.unload()
-        gc.collect()
+        rss = RssChange(rss_before, _settled_rss())
         self.state = ModelState.UNLOADED
-        return max(0, held - self.model.memory_bytes())
+        return Unloaded(max(0, held - self.model.memory_bytes()), rss)

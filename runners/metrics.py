@@ -43,12 +43,15 @@ class RunnerMetrics:
         )
         self.cache_lookups = Counter(
             "conduit_runner_cache_lookups",
-            "Result cache lookups, by result (hit or miss).",
-            ["result"],
+            "Cache lookups, by cache (result: the runner's result cache; model: the model's own, "
+            "such as an LLM's prefix cache) and result (hit or miss).",
+            ["cache", "result"],
             registry=r,
         )
         self.cache_hit_ratio = Gauge(
-            "conduit_runner_cache_hit_ratio", "Result cache hits / lookups.", registry=r
+            "conduit_runner_cache_hit_ratio",
+            "Cache hits / lookups, the result cache and the model's own caches together.",
+            registry=r,
         )
         self.memory = Gauge(
             "conduit_runner_memory_bytes",

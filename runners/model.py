@@ -11,6 +11,7 @@ cancellation arrives as :class:`asyncio.CancelledError` at the model's next ``aw
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from runners.cache import CacheView
@@ -19,12 +20,24 @@ from runners.schema import InputField, build_openapi_schema
 PredictResult = AsyncIterator[Any] | Awaitable[Any]
 
 
+@dataclass(frozen=True, slots=True)
+class ModelCacheFlush:
+    """What dropping a model's own caches released; ``None`` where the model cannot measure it
+    (a figure is never guessed)."""
+
+    bytes_freed: int | None = None
+    blocks_freed: int | None = None
+    """KV-cache blocks (LLMs): returned to the engine's pool, not necessarily to the device."""
+
+
 class PredictContext:
     """Handed to ``predict``: the prediction's id, its request context, and a log sink.
 
     ``tenant`` and ``cache`` come from the request's ``X-Tenant-ID`` and ``X-Cache-Mode`` /
     ``X-Cache-Tag`` headers. A model that serves part of a request from a cache says so with
     :meth:`cache_used`; the runner reports it in ``X-Cache-Hit`` / ``X-Cache-Tokens-Reused``.
+    A model with a cache of its own (an LLM's prefix cache) reports each lookup, hit or miss,
+    with :meth:`model_cache_lookup`, which also counts towards the runner's cache hit ratio.
     """
 
     def __init__(
@@ -42,12 +55,22 @@ class PredictContext:
         self.cache = cache
         self.cache_hit = False
         self.tokens_reused = 0
+        self.model_cache_hits = 0
+        self.model_cache_misses = 0
         self._sink = sink
 
     def cache_used(self, hit: bool, tokens_reused: int = 0) -> None:
         """Record that (part of) this prediction was served from a cache."""
         self.cache_hit = self.cache_hit or hit
         self.tokens_reused += tokens_reused
+
+    def model_cache_lookup(self, hit: bool, tokens_reused: int = 0) -> None:
+        """Record one lookup in the model's own cache (the result cache counts its own)."""
+        if hit:
+            self.model_cache_hits += 1
+        else:
+            self.model_cache_misses += 1
+        self.cache_used(hit, tokens_reused)
 
     def log(self, line: str) -> None:
         """Append one line to the prediction's logs (a trailing newline is added if missing)."""
@@ -88,9 +111,15 @@ class Model:
         """How far a running :meth:`setup` is, 0.0-1.0; models that cannot tell keep 0.0."""
         return 0.0
 
-    async def flush_cache(self) -> int:
-        """Drop the model's own caches (e.g. an LLM's prefix cache); returns bytes freed."""
-        return 0
+    def load_stage(self) -> str | None:
+        """The step a running :meth:`setup` is on (e.g. "reading weights"); None if unknown."""
+        return None
+
+    async def flush_cache(self) -> ModelCacheFlush | None:
+        """Drop the model's own caches (e.g. an LLM's prefix cache) and say what that released;
+        None for a model without caches of its own. Raises
+        :class:`runners.errors.CacheBusyError` when the caches cannot be dropped now."""
+        return None
 
     def extra_capabilities(self) -> dict[str, Any]:
         """Model-specific figures for ``GET /v1/capabilities`` (e.g. KV-cache usage)."""

@@ -91,6 +91,10 @@ class Prediction:
     def tokens_reused(self) -> int:
         return self._ctx.tokens_reused
 
+    def model_cache_lookups(self) -> dict[bool, int]:
+        """Lookups in the model's own caches, by hit (True) or miss (False)."""
+        return {True: self._ctx.model_cache_hits, False: self._ctx.model_cache_misses}
+
     def metrics(self) -> dict[str, float]:
         """coglet's ``predict_time`` once terminal, plus the time queued for a slot and the
         time on a GPU (0 on CPU), which the platform records for billing."""

@@ -8,7 +8,10 @@ default, tenants without their own line are not limited.
 
 A sliding *log* rather than fixed windows: a tenant never gets twice its limit across a window
 boundary, and ``resetAt`` is exact (when the oldest counted request leaves the window). The log
-holds at most ``limit`` timestamps per tenant.
+holds at most ``limit`` timestamps per tenant, and a tenant's log is dropped once its window has
+passed with no request in it: ``X-Tenant-ID`` is whatever the caller sends, so logs kept forever
+would grow with every name ever seen. Expired logs are swept at most once per ``sweep_interval``
+seconds, so memory follows the tenants active in the last window plus that interval.
 """
 
 from __future__ import annotations
@@ -63,13 +66,16 @@ class TenantRateLimiter:
         default: Limit | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        sweep_interval: float = 60.0,
     ) -> None:
         self.limits = dict(limits)
         self._normalised = {_normalise(name): limit for name, limit in limits.items()}
         self.default = default
         self._clock = clock
         self._wall_clock = wall_clock
-        self._logs: dict[str, deque[float]] = {}
+        self._logs: dict[str, tuple[Limit, deque[float]]] = {}
+        self._sweep_interval = sweep_interval
+        self._swept = clock()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TenantRateLimiter:
@@ -98,6 +104,11 @@ class TenantRateLimiter:
         limit = self.limits.get(tenant) or self._normalised.get(_normalise(tenant))
         return limit or self.default
 
+    @property
+    def tracked(self) -> int:
+        """How many tenants' logs are held."""
+        return len(self._logs)
+
     def check(self, tenant: str) -> RateLimit | None:
         """Count one request; the tenant's standing afterwards (None when unlimited).
 
@@ -107,7 +118,9 @@ class TenantRateLimiter:
         if limit is None:
             return None
         now = self._clock()
-        log = self._logs.setdefault(tenant, deque())
+        if now - self._swept >= self._sweep_interval:
+            self.sweep(now)
+        log = self._logs.setdefault(tenant, (limit, deque()))[1]
         while log and log[0] <= now - limit.window:
             log.popleft()
         if len(log) >= limit.requests:
@@ -118,6 +131,19 @@ class TenantRateLimiter:
         log.append(now)
         wait = log[0] + limit.window - now
         return self._state(limit, limit.requests - len(log), wait, 0)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Drop the logs whose every request has left the window; returns how many."""
+        now = self._clock() if now is None else now
+        self._swept = now
+        idle = [
+            tenant
+            for tenant, (limit, log) in self._logs.items()
+            if not log or log[-1] <= now - limit.window
+        ]
+        for tenant in idle:
+            del self._logs[tenant]
+        return len(idle)
 
     def _state(self, limit: Limit, remaining: int, wait: float, retry_after: int) -> RateLimit:
         reset_at = self._wall_clock() + wait

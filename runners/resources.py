@@ -5,15 +5,21 @@ CPU runners: the process's RSS (``/proc/self/statm``), the machine's memory
 readings (``os.times``). GPU runners: per-device memory and utilisation from ``nvidia-smi`` when
 it is installed, else from torch (memory only) when the model already imported it. Figures that
 cannot be measured are ``None``, not zero.
+
+Reading the GPUs runs a subprocess that can take a good part of a second, so it never runs on
+the event loop: :class:`GpuMonitor` reads them in a thread and keeps the reading for a few
+seconds, so ``/health`` probes and capabilities polls share one ``nvidia-smi`` run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,21 +93,42 @@ def _cpu_seconds() -> float:
 
 
 def gpus() -> list[Device]:
-    """Visible NVIDIA GPUs, from nvidia-smi or torch; empty without either."""
+    """Visible NVIDIA GPUs, from nvidia-smi or torch; empty without either. Blocking: on the
+    event loop use :class:`GpuMonitor`."""
     devices = _nvidia_smi()
     if devices is not None:
         return devices
     return _torch_devices()
 
 
+class GpuMonitor:
+    """The latest :func:`gpus` reading, refreshed in a thread at most every ``ttl`` seconds."""
+
+    def __init__(self, ttl: float = 3.0, read: Callable[[], list[Device]] = gpus) -> None:
+        self.ttl = ttl
+        self._read = read
+        self._reading: tuple[float, list[Device]] | None = None
+        self._lock = asyncio.Lock()
+
+    async def devices(self) -> list[Device]:
+        async with self._lock:  # callers arriving during a read share it
+            reading = self._reading
+            if reading is None or time.monotonic() - reading[0] >= self.ttl:
+                reading = (time.monotonic(), await asyncio.to_thread(self._read))
+                self._reading = reading
+            return reading[1]
+
+
+_NVIDIA_SMI_QUERY = "index,name,memory.total,memory.used,memory.free,utilization.gpu"
+
+
 def _nvidia_smi() -> list[Device] | None:
     binary = shutil.which("nvidia-smi")
     if binary is None:
         return None
-    query = "index,name,memory.total,memory.used,memory.free,utilization.gpu"
     try:
         out = subprocess.run(
-            [binary, f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+            [binary, f"--query-gpu={_NVIDIA_SMI_QUERY}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=5,
@@ -109,10 +136,20 @@ def _nvidia_smi() -> list[Device] | None:
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
+    return parse_nvidia_smi(out)
+
+
+def parse_nvidia_smi(out: str) -> list[Device]:
+    """Devices from ``nvidia-smi --query-gpu=<_NVIDIA_SMI_QUERY> --format=csv,noheader,nounits``
+    output: memory in MiB, utilisation in percent; ``[N/A]`` and the like become ``None``."""
     devices = []
     mib = 1024 * 1024
     for line in out.strip().splitlines():
-        index, name, total, used, free, util = (part.strip() for part in line.split(","))
+        parts = [part.strip() for part in line.split(",")]
+        if len(parts) != 6:
+            continue  # a warning line, or a format this parser does not know
+        index, name, total, used, free, util = parts
+        percent = _number(util, 1)
         devices.append(
             Device(
                 f"cuda:{index}",
@@ -121,7 +158,7 @@ def _nvidia_smi() -> list[Device] | None:
                 _number(total, mib),
                 _number(used, mib),
                 _number(free, mib),
-                None if _number(util, 1) is None else int(util) / 100,
+                None if percent is None else percent / 100,
             )
         )
     return devices
@@ -146,7 +183,7 @@ def _torch_devices() -> list[Device]:
     return devices
 
 
-def snapshot(cpu: CpuMeter) -> dict[str, Any]:
+def snapshot(cpu: CpuMeter, gpu_devices: list[Device]) -> dict[str, Any]:
     """The ``resources`` section of the capabilities document."""
     total, available = system_memory()
     rss = process_rss()
@@ -161,7 +198,7 @@ def snapshot(cpu: CpuMeter) -> dict[str, Any]:
             cpu.read(),
         )
     ]
-    devices += gpus()
+    devices += gpu_devices
     return {
         "device_ids": [device.id for device in devices],
         "devices": [device.as_json() for device in devices],

@@ -14,7 +14,7 @@ import logging
 import math
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,6 +50,11 @@ __all__ = ["SERVICE", "create_app", "run_app", "serve"]
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 100 * 1024 * 1024
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_PREDICTION = web.RequestKey("prediction", Prediction)
+"""The prediction a request created or found, for :func:`_timed` to report on."""
 
 _DISCOVERY = {
     "cog_version": COG_VERSION,
@@ -116,7 +121,7 @@ def _options(request: web.Request) -> RequestOptions:
 
 
 def _timing_headers(prediction: Prediction | None, began: float) -> dict[str, str]:
-    """The figures a caller may bill or schedule by; present on every prediction response."""
+    """The figures a caller may bill or schedule by; zero and false when no prediction ran."""
     queue_wait = gpu_time = 0.0
     hit, reused = False, 0
     if prediction is not None:
@@ -129,6 +134,23 @@ def _timing_headers(prediction: Prediction | None, began: float) -> dict[str, st
         "X-Cache-Hit": "true" if hit else "false",
         "X-Cache-Tokens-Reused": str(reused),
     }
+
+
+def _timed(handler: Handler) -> Handler:
+    """Put the timing headers on every response of a prediction route, refusals and errors
+    (bad JSON, a bad ``X-Cache-Mode``, an id mismatch) included."""
+
+    async def timed(request: web.Request) -> web.StreamResponse:
+        began = time.monotonic()
+        try:
+            response = await handler(request)
+        except web.HTTPException as error:
+            error.headers.update(_timing_headers(request.get(_PREDICTION), began))
+            raise
+        response.headers.update(_timing_headers(request.get(_PREDICTION), began))
+        return response
+
+    return timed
 
 
 def _rate_headers(rate: RateLimit | None) -> dict[str, str]:
@@ -182,38 +204,37 @@ _REFUSAL_REASONS: dict[type[RunnerError], str] = {
 
 
 async def _run(request: web.Request, prediction_id: str, body: PredictionRequest) -> web.Response:
-    began = time.monotonic()
     service = request.app[SERVICE]
     if (existing := service.get(prediction_id)) is not None:
-        return _json(existing.snapshot(with_input=True), 202, _timing_headers(existing, began))
+        request[_PREDICTION] = existing
+        return _json(existing.snapshot(with_input=True), 202)
     options = _options(request)
     trace = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
     try:
         admitted = service.submit(prediction_id, body, trace, options)
     except RunnerError as error:
         service.refused(options.tenant, _REFUSAL_REASONS.get(type(error), "not_ready"))
-        response = _refusal(error)
-        response.headers.update(_timing_headers(None, began))
-        return response
-    prediction = admitted.prediction
+        return _refusal(error)
+    prediction = request[_PREDICTION] = admitted.prediction
     rate = _rate_headers(admitted.rate)
     if request.headers.get("Prefer") == "respond-async":
-        body_202 = {"id": prediction_id, "status": "starting"}
-        return _json(body_202, 202, {**_timing_headers(prediction, began), **rate})
+        return _json({"id": prediction_id, "status": "starting"}, 202, rate)
     try:
         await asyncio.shield(prediction.wait())
     except asyncio.CancelledError:
         # The client went away: a sync prediction nobody will read is canceled, as in coglet.
         prediction.cancel()
         raise
-    return _json(prediction.snapshot(), 200, {**_timing_headers(prediction, began), **rate})
+    return _json(prediction.snapshot(), 200, rate)
 
 
+@_timed
 async def create_prediction(request: web.Request) -> web.Response:
     body = await _parse_request(request)
     return await _run(request, body.id or f"pred_{time.time_ns():x}", body)
 
 
+@_timed
 async def create_prediction_idempotent(request: web.Request) -> web.Response:
     prediction_id = request.match_info["id"]
     body = await _parse_request(request)

@@ -33,14 +33,14 @@ from runners.errors import (
     RateLimitedError,
     UnknownModelError,
 )
-from runners.lifecycle import LoadTask, ModelLifecycle, ModelState
+from runners.lifecycle import LoadTask, ModelLifecycle, ModelState, Unloaded
 from runners.metrics import RunnerMetrics
-from runners.model import Model
+from runners.model import Model, ModelCacheFlush
 from runners.optokens import OpTokenVerifier
 from runners.prediction import Prediction
 from runners.protocol import HealthStatus, PredictionRequest
 from runners.ratelimit import TenantRateLimiter
-from runners.resources import CpuMeter, gpus, process_rss, snapshot, system_memory
+from runners.resources import CpuMeter, Device, GpuMonitor, process_rss, snapshot, system_memory
 from runners.scheduler import Priority, Scheduler
 from runners.validation import InputValidator
 from runners.webhooks import WebhookDispatcher
@@ -62,6 +62,25 @@ class RequestOptions:
 class Admitted:
     prediction: Prediction
     rate: RateLimit | None
+
+
+@dataclass(frozen=True)
+class UnloadOutcome:
+    unloaded: Unloaded
+    cache: Flushed
+    """The model's entries dropped from the result cache with it."""
+
+    @property
+    def freed_bytes(self) -> int:
+        """The model's own figure plus the result-cache entries dropped."""
+        return self.unloaded.model_bytes + self.cache.bytes_freed
+
+
+@dataclass(frozen=True)
+class FlushOutcome:
+    cache: Flushed
+    model: ModelCacheFlush | None
+    """What the model's own caches released; None when they were not flushed (or it has none)."""
 
 
 class RunnerService:
@@ -88,6 +107,8 @@ class RunnerService:
         self._setup_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._cpu = CpuMeter()
+        self._gpus = GpuMonitor()
+        self._model_cache_lookups = {True: 0, False: 0}
         self._capabilities: tuple[float, dict[str, Any]] | None = None
 
     # lifecycle
@@ -149,20 +170,20 @@ class RunnerService:
             "version": {"coglet": COG_VERSION, "python": platform.python_version()},
         }
 
-    def problems(self) -> list[str]:
+    async def problems(self) -> list[str]:
         """Why the runner is unhealthy (``GET /health``); empty when it is healthy."""
         if self.starting:
             return ["starting"]
         reasons = ["stopping"] if self._stopping else []
         if self.lifecycle.state is not ModelState.LOADED:
             reasons.append(f"model {self.lifecycle.state.value}")
-        if self.out_of_memory():
+        if await self.out_of_memory():
             reasons.append("out of memory")
         if self.config.max_queue_depth and self.scheduler.saturated:
             reasons.append("queue saturated")
         return reasons
 
-    def out_of_memory(self) -> bool:
+    async def out_of_memory(self) -> bool:
         limit = self.config.memory_limit
         if limit is not None and process_rss() > limit:
             return True
@@ -170,8 +191,11 @@ class RunnerService:
         _, available = system_memory()
         if available is not None and available < floor:
             return True
-        return self.model.device.startswith("cuda") and any(
-            device.memory_free is not None and device.memory_free < floor for device in gpus()
+        if not self.model.device.startswith("cuda"):
+            return False
+        devices = await self._gpus.devices()
+        return any(
+            device.memory_free is not None and device.memory_free < floor for device in devices
         )
 
     def get(self, prediction_id: str) -> Prediction | None:
@@ -234,6 +258,10 @@ class RunnerService:
         self.metrics.queue_wait.labels(name).observe(prediction.queue_wait_time)
         if prediction.predict_time:
             self.metrics.inference.labels(name).observe(prediction.predict_time)
+        for hit, count in prediction.model_cache_lookups().items():
+            if count:
+                self._model_cache_lookups[hit] += count
+                self.metrics.cache_lookups.labels("model", "hit" if hit else "miss").inc(count)
 
     def cancel(self, prediction_id: str) -> bool:
         prediction = self._inflight.get(prediction_id)
@@ -256,27 +284,29 @@ class RunnerService:
         self._capabilities = None
         return task
 
-    async def unload(self, model_id: str) -> int:
+    async def unload(self, model_id: str) -> UnloadOutcome:
         self.check_model(model_id)
         if self.lifecycle.current is not None:
             raise LifecycleConflictError(f"Model {model_id} is being loaded")
         if not self.ready:
             raise LifecycleConflictError(f"Model {model_id} is not loaded")
         self._refuse_while_running("unload")
-        freed = await self.lifecycle.unload()
-        freed += self.cache.flush(FlushScope.MODEL, model_id).bytes_freed
+        unloaded = await self.lifecycle.unload()
+        cache = self.cache.flush(FlushScope.MODEL, model_id)
         self._capabilities = None
-        return freed
+        return UnloadOutcome(unloaded, cache)
 
-    async def flush(self, scope: FlushScope, value: str | None) -> Flushed:
+    async def flush(self, scope: FlushScope, value: str | None) -> FlushOutcome:
+        """Drop cache entries in scope, and the model's own caches for ``all`` and ``model``.
+        The model goes first: when it refuses (:class:`CacheBusyError`) nothing is dropped."""
         if scope is FlushScope.MODEL:
             self.check_model(value)
-        flushed = self.cache.flush(scope, value)
+        model = None
         if scope in (FlushScope.ALL, FlushScope.MODEL) and self.ready:
-            model_freed = await self.model.flush_cache()
-            flushed = Flushed(flushed.entries, flushed.bytes_freed + model_freed)
+            model = await self.model.flush_cache()
+        flushed = self.cache.flush(scope, value)
         self._capabilities = None
-        return flushed
+        return FlushOutcome(flushed, model)
 
     def _refuse_while_running(self, action: str) -> None:
         if self._inflight:
@@ -287,18 +317,18 @@ class RunnerService:
 
     # reporting
 
-    def capabilities(self) -> dict[str, Any]:
+    async def capabilities(self) -> dict[str, Any]:
         """The capabilities document, recomputed at most every ``capabilities_ttl`` seconds."""
         now = time.monotonic()
         if self._capabilities is not None and now - self._capabilities[0] < (
             self.config.capabilities_ttl
         ):
             return self._capabilities[1]
-        document = self._build_capabilities()
+        document = self._build_capabilities(await self.problems(), await self._gpus.devices())
         self._capabilities = (now, document)
         return document
 
-    def _build_capabilities(self) -> dict[str, Any]:
+    def _build_capabilities(self, reasons: list[str], gpus: list[Device]) -> dict[str, Any]:
         lifecycle, model = self.lifecycle, self.model
         loaded, loading = [], []
         if lifecycle.loaded:
@@ -320,7 +350,6 @@ class RunnerService:
                     "eta": lifecycle.eta(task),
                 }
             )
-        reasons = self.problems()
         return {
             "runner": {
                 "type": "conduit",
@@ -334,7 +363,7 @@ class RunnerService:
                 "loading": loading,
                 "available": [{"id": model.name, "state": lifecycle.state.value}],
             },
-            "resources": snapshot(self._cpu),
+            "resources": snapshot(self._cpu, gpus),
             "queue": {
                 "depth": self.scheduler.depth,
                 "max_depth": self.config.max_queue_depth,
@@ -362,7 +391,7 @@ class RunnerService:
             return {
                 "queue_depth": self.scheduler.depth,
                 "slots_in_use": self.scheduler.in_use,
-                "cache_hit_ratio": self.cache.hit_rate,
+                "cache_hit_ratio": self.cache_hit_ratio(),
                 "memory_rss": process_rss(),
                 "memory_model": self.model.memory_bytes() if self.ready else 0,
                 "memory_cache": self.cache.bytes_used,
@@ -372,8 +401,14 @@ class RunnerService:
         self.metrics.refresh(gauges)
         return self.metrics.exposition()
 
+    def cache_hit_ratio(self) -> float:
+        """Hits over lookups, the result cache's and the model's own caches' together."""
+        hits = self.cache.hits + self._model_cache_lookups[True]
+        lookups = hits + self.cache.misses + self._model_cache_lookups[False]
+        return hits / lookups if lookups else 0.0
+
     def _count_lookup(self, hit: bool) -> None:
-        self.metrics.cache_lookups.labels("hit" if hit else "miss").inc()
+        self.metrics.cache_lookups.labels("result", "hit" if hit else "miss").inc()
 
 
 def _op_tokens_configured() -> bool:

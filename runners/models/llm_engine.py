@@ -31,12 +31,17 @@ class Generated:
 
 @dataclass(frozen=True, slots=True)
 class KVCacheUsage:
-    """``usage`` is the fraction (0-1) of KV-cache blocks in use; block counts are None when
-    the engine does not report them."""
+    """The KV cache as the engine reports it; every figure is None when it does not.
 
-    usage: float
+    ``usage`` is the fraction (0-1) of blocks held by running requests and ``blocks_used``
+    their count (as vLLM counts: blocks that only hold a reusable prefix are free, since they
+    can be evicted at any time). ``blocks_cached`` counts those prefix blocks.
+    """
+
+    usage: float | None
     blocks_total: int | None = None
     blocks_used: int | None = None
+    blocks_cached: int | None = None
 
 
 class Engine(Protocol):
@@ -70,10 +75,9 @@ class Engine(Protocol):
         ending where the assistant's reply begins."""
         ...
 
-    async def reset_prefix_cache(self) -> int:
-        """Drop cached prefixes; returns the bytes of device memory released (0 if the engine
-        keeps its KV pool allocated or cannot tell)."""
-        ...
+    async def reset_prefix_cache(self) -> None:
+        """Drop cached prefixes. Raises :class:`runners.errors.CacheBusyError`, keeping them,
+        when the engine refuses (requests are running)."""
 
     async def shutdown(self) -> None:
         """Stop the engine and release its device memory."""

@@ -20,7 +20,8 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from runners.model import Model, PredictContext
+from runners.errors import CacheBusyError
+from runners.model import Model, ModelCacheFlush, PredictContext
 from runners.models.llm_engine import Engine, Generated, KVCacheUsage, Sampling
 from runners.schema import InputField, build_openapi_schema, iterator_output
 
@@ -132,8 +133,17 @@ class VLLMModel(Model):
     def load_progress(self) -> float:
         return 1.0 if self._loaded else 0.0
 
-    async def flush_cache(self) -> int:
-        return await self.engine.reset_prefix_cache() if self._loaded else 0
+    async def flush_cache(self) -> ModelCacheFlush | None:
+        """Reset the prefix cache; the blocks freed are the engine's count of prefix blocks
+        before and after, when it keeps one. Bytes are not reported: the blocks go back to the
+        engine's preallocated pool, not to the device."""
+        if not self._loaded:
+            return None
+        before = self.engine.kv_cache().blocks_cached
+        await self.engine.reset_prefix_cache()
+        after = self.engine.kv_cache().blocks_cached
+        freed = None if before is None or after is None else max(0, before - after)
+        return ModelCacheFlush(bytes_freed=None, blocks_freed=freed)
 
     def extra_capabilities(self) -> dict[str, Any]:
         if not self._loaded:
@@ -169,7 +179,7 @@ class VLLMModel(Model):
                 # second cancel cannot interrupt the abort itself.
                 await asyncio.shield(engine.abort(request_id))
         cached = last.num_cached_tokens if last is not None else 0
-        ctx.cache_used(hit=cached > 0, tokens_reused=cached)
+        ctx.model_cache_lookup(hit=cached > 0, tokens_reused=cached)
         if cached:
             ctx.log(f"prefix cache: reused {cached} prompt tokens")
 
@@ -251,10 +261,14 @@ class VLLMEngine:
         )
         return str(rendered)
 
-    async def reset_prefix_cache(self) -> int:
+    async def reset_prefix_cache(self) -> None:
+        # Recent releases answer False, and keep the cache, while requests are running; older
+        # ones answer None whatever happened, which is all that can be known then.
         if await self._llm.reset_prefix_cache() is False:
-            log.warning("vLLM kept its prefix cache: requests were running")
-        return 0  # the blocks go back to vLLM's preallocated pool, not to the device
+            raise CacheBusyError(
+                f"vLLM kept the prefix cache of {self.model}: requests are running; "
+                "retry when they have finished"
+            )
 
     async def shutdown(self) -> None:
         llm, self._llm, self._tokenizer = self._llm, None, None
@@ -274,11 +288,14 @@ class VLLMEngine:
         return max(0, _device_memory_used(0) - self._baseline)
 
     def kv_cache(self) -> KVCacheUsage:
-        usage = _gauge(_KV_USAGE_GAUGES) or 0.0
+        """From vLLM's usage gauge (None until its stat logger has reported one) and the
+        configured block count. vLLM reports no count of cached prefix blocks: the engine core
+        keeps them in another process."""
+        usage = _gauge(_KV_USAGE_GAUGES)
         total = None
         if self._llm is not None:
             total = getattr(self._llm.vllm_config.cache_config, "num_gpu_blocks", None)
-        used = None if total is None else round(usage * total)
+        used = None if usage is None or total is None else round(usage * total)
         return KVCacheUsage(usage, total, used)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, ClassVar
 
-from runners.model import Model, PredictContext
+from runners.model import Model, ModelCacheFlush, PredictContext
 from runners.schema import InputField
 
 WEIGHTS = 8 * 1024 * 1024
@@ -46,9 +46,9 @@ class ControlModel(Model):
     def load_progress(self) -> float:
         return 0.5 if self.gate is not None and not self.gate.is_set() else 0.0
 
-    async def flush_cache(self) -> int:
+    async def flush_cache(self) -> ModelCacheFlush:
         self.flushed += 1
-        return 0
+        return ModelCacheFlush(bytes_freed=0)
 
     async def predict(self, inputs: dict[str, Any], ctx: PredictContext) -> str:
         prompt: str = inputs["prompt"]

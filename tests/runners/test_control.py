@@ -15,18 +15,23 @@ import aiohttp
 import pytest
 
 from runners.config import RunnerConfig
-from runners.optokens import issue, sign
+from runners.optokens import sign
 from runners.resources import process_rss
 from tests.runners.control_model import WEIGHTS, ControlModel
+from tests.runners.lifecycle_calls import KEY, configure, wait_task
 
 if TYPE_CHECKING:
     from conftest import Runner, StartRunner, WebhookReceiver
 
 ASYNC = {"Prefer": "respond-async"}
-KEY = b"k" * 32
-SIGNERS = ["alice", "bob", "carol"]
 DEADLINE = 10.0
-TIMING = ("X-Queue-Wait-Ms", "X-GPU-Time-Ms", "X-Processing-Time", "X-Cache-Hit")
+TIMING = (
+    "X-Queue-Wait-Ms",
+    "X-GPU-Time-Ms",
+    "X-Processing-Time",
+    "X-Cache-Hit",
+    "X-Cache-Tokens-Reused",
+)
 
 
 async def call(
@@ -45,30 +50,7 @@ async def call(
 @pytest.fixture
 def op_tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
     """Configure operation tokens (2 of 3 signers) and return a minting function."""
-    key_file = tmp_path / "op.key"
-    key_file.write_bytes(KEY)
-    monkeypatch.setenv("VERIFIED_OP_TOKEN_KEY_PATH", str(key_file))
-    monkeypatch.setenv("OP_TOKEN_SIGNERS", ",".join(SIGNERS))
-    monkeypatch.setenv("OP_TOKEN_MIN_SIGNERS", "2")
-
-    def mint(
-        operation: str, model: str | None = "control", signers: list[str] | None = None, **kw: Any
-    ) -> str:
-        return issue(kw.get("key", KEY), operation, model, signers or SIGNERS[:2], kw.get("now"))
-
-    return mint
-
-
-async def wait_task(http: aiohttp.ClientSession, url: str, task_id: str) -> dict[str, Any]:
-    async def poll() -> dict[str, Any]:
-        while True:
-            status, body, _ = await call(http, "GET", f"{url}/v1/models/load/{task_id}")
-            assert status == 200
-            if body["status"] in ("completed", "failed"):
-                return dict(body)
-            await asyncio.sleep(0.02)  # polling pace, not synchronisation: the loop checks state
-
-    return await asyncio.wait_for(poll(), DEADLINE)
+    return configure(tmp_path, monkeypatch, "control")
 
 
 # capabilities
@@ -155,10 +137,17 @@ async def test_unload_then_load_with_progress_and_eta(
         f"{url}/v1/models/unload",
         {"modelId": "control", "verifiedOpToken": op_tokens("model-unload")},
     )
-    assert (status, body) == (
-        200,
-        {"modelId": "control", "status": "unloaded", "freedBytes": WEIGHTS},
-    )
+    assert status == 200
+    rss = {key: body.pop(key) for key in ("rssBeforeBytes", "rssAfterBytes", "rssDeltaBytes")}
+    assert body == {
+        "modelId": "control",
+        "status": "unloaded",
+        "freedBytes": WEIGHTS,
+        "modelBytes": WEIGHTS,
+        "cacheBytes": 0,
+    }
+    assert rss["rssBeforeBytes"] > 0 and rss["rssAfterBytes"] > 0
+    assert rss["rssDeltaBytes"] == rss["rssAfterBytes"] - rss["rssBeforeBytes"]
     status, body, headers = await call(http, "POST", f"{url}/predictions", {"input": {}})
     assert (status, body["status"], headers["Retry-After"]) == (503, "failed", "5")
     assert (await call(http, "GET", f"{url}/health"))[1]["reasons"] == ["model unloaded"]
@@ -171,6 +160,7 @@ async def test_unload_then_load_with_progress_and_eta(
     assert status == 202
     assert headers["Location"] == f"/v1/models/load/{task['taskId']}"
     assert task["status"] in ("queued", "running") and task["progress"] in (0.0, 0.5)
+    assert "memoryUsedBytes" not in task and "rssDeltaBytes" not in task
     assert task["eta"] is not None  # the setup load's duration is known
     _, running, _ = await call(http, "GET", f"{url}/v1/models/load/{task['taskId']}")
     assert (running["status"], running["progress"]) == ("running", 0.5)
@@ -180,6 +170,8 @@ async def test_unload_then_load_with_progress_and_eta(
     done = await wait_task(http, url, task["taskId"])
     assert done["status"] == "completed" and done["progress"] == 1.0
     assert done["memoryUsedBytes"] == WEIGHTS and done["loadTimeSeconds"] > 0
+    assert done["rssBeforeBytes"] > 0 and done["rssAfterBytes"] > 0
+    assert done["rssDeltaBytes"] == done["rssAfterBytes"] - done["rssBeforeBytes"]
     status, body, _ = await call(http, "POST", f"{url}/predictions", {"input": {"prompt": "a"}})
     assert (status, body["output"]) == (200, "a!")
 
@@ -269,18 +261,26 @@ async def test_cache_modes_and_flush_scopes(
         "tag": "blue",
         "entriesRemoved": 1,
         "freedBytes": len("tagged!"),
+        "modelCache": None,  # tags and tenants live only in the result cache
     }
     assert (await flush("tenant", tenant="t2"))["entriesRemoved"] == 1
     # "refresh" rewrote "one two" as tenant "default"; tenant t1 has nothing left
     assert (await flush("tenant", tenant="t1"))["entriesRemoved"] == 0
+    model_cache = {"freedBytes": 0, "freedBlocks": None}
     assert await flush("model", model="control") == {
         "scope": "model",
         "model": "control",
         "entriesRemoved": 1,
         "freedBytes": len("one two!"),
+        "modelCache": model_cache,
     }
     await _predict(http, runner, "again")
-    assert await flush("all") == {"scope": "all", "entriesRemoved": 1, "freedBytes": 6}
+    assert await flush("all") == {
+        "scope": "all",
+        "entriesRemoved": 1,
+        "freedBytes": 6,
+        "modelCache": model_cache,
+    }
     assert model.flushed == 2  # the model's own caches too, for "model" and "all"
     body = {"scope": "tenant", "verifiedOpToken": op_tokens("cache-flush")}
     status, answer, _ = await call(http, "POST", f"{runner.url}/v1/cache/flush", body)
@@ -338,6 +338,40 @@ async def test_every_op_token_rejection_reason(
     assert (status, answer["code"]) == (403, "replayed-nonce")
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/models/load", {"modelId": "{model}"}),
+        ("/v1/models/load", {"modelId": "control", "evictModel": "{model}"}),
+        ("/v1/models/unload", {"modelId": "{model}"}),
+        ("/v1/cache/flush", {"scope": "model", "model": "{model}"}),
+    ],
+)
+async def test_lifecycle_calls_authorise_before_looking_at_the_model(
+    start_runner: StartRunner,
+    http: aiohttp.ClientSession,
+    op_tokens: Callable[..., str],
+    path: str,
+    body: dict[str, str],
+) -> None:
+    """Without a valid token, a served and an unknown model get the same answer."""
+    runner = await start_runner(model=ControlModel())
+    operation = {"load": "model-load", "unload": "model-unload", "flush": "cache-flush"}
+    answers = []
+    for model in ("control", "other"):
+        named = {key: value.replace("{model}", model) for key, value in body.items()}
+        for token in (None, op_tokens(operation[path.rsplit("/", 1)[1]], model, key=b"x" * 32)):
+            sent = named if token is None else {**named, "verifiedOpToken": token}
+            status, answer, _ = await call(http, "POST", f"{runner.url}{path}", sent)
+            answers.append((model, status, answer["code"]))
+    assert answers == [
+        (model, status, code)
+        for model in ("control", "other")
+        for status, code in ((401, "op-token-required"), (403, "bad-signature"))
+    ]
+    assert runner.service.ready  # nothing was unloaded or flushed
+
+
 async def test_lifecycle_calls_disabled_without_a_key(
     start_runner: StartRunner, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -385,6 +419,34 @@ async def test_queue_serves_by_priority_then_refuses_when_full(
         assert final["status"] == "succeeded"
         assert final["metrics"]["queue_wait_time"] > 0
     assert model.started == ["hold", "high", "low"]
+
+
+async def test_every_prediction_response_carries_the_timing_headers(
+    start_runner: StartRunner, http: aiohttp.ClientSession
+) -> None:
+    runner = await start_runner(model=ControlModel())
+    url = f"{runner.url}/predictions"
+    cases: list[tuple[str, str, dict[str, Any], int]] = [
+        ("POST", url, {"data": b"{nope"}, 400),  # malformed JSON
+        ("POST", url, {"json": {"input": {}}, "headers": {"X-Cache-Mode": "sometimes"}}, 400),
+        ("PUT", f"{url}/p1", {"json": {"id": "other", "input": {}}}, 422),  # id mismatch
+        ("POST", url, {"json": {"input": [1]}}, 422),  # not a prediction request
+        ("POST", url, {"json": {"input": {"delay": -1}}}, 422),  # fails the Input schema
+        ("POST", url, {"json": {"input": {"prompt": "ok"}}}, 200),
+    ]
+    for method, target, options, expected in cases:
+        async with http.request(method, target, **options) as response:
+            headers = response.headers
+            assert response.status == expected, await response.text()
+            assert [name for name in TIMING if name not in headers] == [], expected
+            assert float(headers["X-Processing-Time"]) > 0
+            if expected != 200:  # refused before anything ran: zero, not absent
+                assert [headers[name] for name in TIMING if name != "X-Processing-Time"] == [
+                    "0",
+                    "0",
+                    "false",
+                    "0",
+                ]
 
 
 async def test_sync_response_headers_report_the_queue_wait(
@@ -471,6 +533,6 @@ async def test_metrics_follow_requests(
     assert value('conduit_runner_queue_wait_seconds_count{model="control"}') == 2
     assert value("conduit_runner_queue_depth") == 0
     assert value("conduit_runner_cache_hit_ratio") == 0.5
-    assert value('conduit_runner_cache_lookups_total{result="hit"}') == 1
+    assert value('conduit_runner_cache_lookups_total{cache="result",result="hit"}') == 1
     assert value('conduit_runner_memory_bytes{kind="model"}') == WEIGHTS
     assert value('conduit_runner_memory_bytes{kind="rss"}') > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from importlib.util import find_spec
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -13,7 +14,14 @@ import pytest
 
 from runners.cache import CacheMode, CacheView, ResultCache
 from runners.model import PredictContext
-from runners.models.embeddings import DIMENSIONS, Embedding, EmbeddingsModel, cache_key
+from runners.models.embeddings import (
+    DIMENSIONS,
+    LOAD_STEPS,
+    Embedding,
+    EmbeddingsModel,
+    cache_key,
+)
+from tests.runners.lifecycle_calls import Mint, configure, wait_task
 
 if TYPE_CHECKING:
     from conftest import StartRunner
@@ -26,6 +34,7 @@ SENTENCE = "The quick brown fox jumps over the lazy dog."
 TEXTS = ["Conduit serves models.", "", "Zwei Sätze auf Deutsch. Noch einer!", SENTENCE]
 ATOL = 1e-5
 DEADLINE = 10.0
+LOAD_DEADLINE = 60.0  # a cold load imports torch: seconds on a busy machine
 
 
 @pytest.fixture(scope="module")
@@ -242,11 +251,12 @@ async def test_without_a_cache_duplicates_are_encoded_once_and_returned_twice(
 async def test_unload_frees_the_model_and_setup_loads_it_again(reference: Any) -> None:
     model = EmbeddingsModel()
     assert (model.memory_bytes(), model.load_progress()) == (0, 0.0)
+    assert model.load_stage() == LOAD_STEPS[0]
     await model.setup()
     loaded = model.memory_bytes()
     expected = sum(t.numel() * t.element_size() for t in [*reference.parameters()])
     assert loaded >= expected > 80_000_000  # ~22.7M float32 parameters, plus small buffers
-    assert model.load_progress() == 1.0
+    assert (model.load_progress(), model.load_stage()) == (1.0, None)
 
     await model.unload()
     assert (model.memory_bytes(), model.load_progress()) == (0, 0.0)
@@ -258,3 +268,44 @@ async def test_unload_frees_the_model_and_setup_loads_it_again(reference: Any) -
     [vector] = await model.predict({"text": SENTENCE, "texts": None}, context())
     assert np.allclose(vector, reference.encode(SENTENCE), atol=ATOL)
     await model.unload()
+
+
+@pytest.fixture
+def op_tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mint:
+    return configure(tmp_path, monkeypatch, "embeddings")
+
+
+async def test_unload_and_load_over_http_report_measured_memory(
+    start_runner: StartRunner, http: aiohttp.ClientSession, op_tokens: Mint
+) -> None:
+    model = EmbeddingsModel()
+    runner = await start_runner(model, wait_ready=False)
+    assert await asyncio.wait_for(runner.service.wait_ready(), LOAD_DEADLINE)
+    url = runner.url
+    tensors = model.memory_bytes()
+
+    unload = {"modelId": "embeddings", "verifiedOpToken": op_tokens("model-unload")}
+    async with http.post(f"{url}/v1/models/unload", json=unload) as response:
+        assert response.status == 200, await response.text()
+        freed = await response.json()
+    assert freed["modelBytes"] == tensors > 80_000_000
+    assert freed["freedBytes"] == freed["modelBytes"] + freed["cacheBytes"]
+    # Measured: dropping the model returns memory to the system, if less than its tensor
+    # bytes (weights mapped from the file are resident only where they were touched).
+    assert freed["rssBeforeBytes"] > freed["rssAfterBytes"] > 0
+    assert freed["rssDeltaBytes"] == freed["rssAfterBytes"] - freed["rssBeforeBytes"] < 0
+
+    load = {"modelId": "embeddings", "verifiedOpToken": op_tokens("model-load")}
+    async with http.post(f"{url}/v1/models/load", json=load) as response:
+        assert response.status == 202, await response.text()
+        task = await response.json()
+    if task["status"] == "running":
+        assert task["stage"] in LOAD_STEPS
+    done = await wait_task(http, url, task["taskId"], LOAD_DEADLINE)
+    assert done["status"] == "completed", done
+    assert (done["progress"], "stage" in done) == (1.0, False)
+    assert done["memoryUsedBytes"] == tensors  # the same weights again
+    assert done["rssAfterBytes"] > done["rssBeforeBytes"] > 0
+    assert done["rssDeltaBytes"] == done["rssAfterBytes"] - done["rssBeforeBytes"] > 0
+    status, body = await predict(http, url, {"text": SENTENCE})
+    assert (status, body["status"]) == (200, "succeeded")

@@ -1,28 +1,31 @@
 """The ``vllm`` model's contract, on the real runner server with a CPU fake engine.
 
 The server, validation, webhooks, lifecycle and cache reporting are the ones a GPU runner
-uses; only the engine is :class:`tests.fixtures.fake_llm.FakeEngine`.
+uses, driven over HTTP (lifecycle calls with operation tokens); only the engine is
+:class:`tests.fixtures.fake_llm.FakeEngine`.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import aiohttp
 import pytest
 
-from runners.cache import FlushScope
 from runners.model import PredictContext
 from runners.models import get_model
 from runners.models.llm_engine import Sampling
 from runners.models.vllm import MODEL_ENV, VLLMEngine, VLLMModel
 from tests.fixtures.fake_llm import (
-    KV_BYTES_PER_TOKEN,
+    BLOCKS_TOTAL,
+    KV_POOL_BYTES,
     WEIGHTS_BYTES,
     FakeEngine,
     Request,
     chat_template,
 )
+from tests.runners.lifecycle_calls import Mint, configure, wait_task
 
 if TYPE_CHECKING:
     from conftest import Runner, StartRunner, WebhookReceiver
@@ -30,6 +33,13 @@ if TYPE_CHECKING:
 ASYNC = {"Prefer": "respond-async"}
 PROMPT = "one two three four five"
 REPLY = ["five", " four", " three", " two", " one"]
+REUSED = 4  # a repeat of PROMPT (5 tokens) reuses its one whole 4-token block
+ENGINE_BYTES = WEIGHTS_BYTES + KV_POOL_BYTES
+
+
+@pytest.fixture
+def op_tokens(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Mint:
+    return configure(tmp_path, monkeypatch, "vllm")
 
 
 async def start_llm(
@@ -59,6 +69,14 @@ async def predict(http: aiohttp.ClientSession, runner: Runner, **inputs: Any) ->
 
 def outputs(body: dict[str, Any]) -> list[str]:
     return list(body.get("output") or [])
+
+
+async def flush(
+    http: aiohttp.ClientSession, runner: Runner, op_tokens: Mint
+) -> tuple[int, dict[str, Any]]:
+    body = {"scope": "model", "model": "vllm", "verifiedOpToken": op_tokens("cache-flush")}
+    status, answer, _ = await call(http, "POST", f"{runner.url}/v1/cache/flush", body)
+    return status, answer
 
 
 async def test_openapi_lists_the_inputs(start_runner: StartRunner, http: aiohttp.ClientSession):
@@ -193,8 +211,14 @@ async def test_a_repeated_prompt_reports_prefix_cache_reuse(
 
     _, second, headers = await call(http, "POST", url, {"input": {"prompt": PROMPT}})
     assert second["output"] == first["output"]
-    assert (headers["X-Cache-Hit"], headers["X-Cache-Tokens-Reused"]) == ("true", "5")
-    assert second["logs"] == "prefix cache: reused 5 prompt tokens\n"
+    assert (headers["X-Cache-Hit"], headers["X-Cache-Tokens-Reused"]) == ("true", str(REUSED))
+    assert second["logs"] == f"prefix cache: reused {REUSED} prompt tokens\n"
+
+    async with http.get(f"{runner.url}/metrics") as response:
+        metrics = await response.text()
+    assert 'conduit_runner_cache_lookups_total{cache="model",result="hit"} 1.0' in metrics
+    assert 'conduit_runner_cache_lookups_total{cache="model",result="miss"} 1.0' in metrics
+    assert "conduit_runner_cache_hit_ratio 0.5" in metrics.splitlines()
 
 
 async def test_predict_reports_cache_use_on_its_context():
@@ -205,19 +229,28 @@ async def test_predict_reports_cache_use_on_its_context():
     for ctx in contexts:
         assert [piece async for piece in model.predict(inputs, ctx)] == REPLY
     assert (contexts[0].cache_hit, contexts[0].tokens_reused) == (False, 0)
-    assert (contexts[1].cache_hit, contexts[1].tokens_reused) == (True, 5)
+    assert (contexts[1].cache_hit, contexts[1].tokens_reused) == (True, REUSED)
+    assert [(c.model_cache_hits, c.model_cache_misses) for c in contexts] == [(0, 1), (1, 0)]
     await model.unload()
 
 
 async def test_flush_empties_the_prefix_cache(
-    start_runner: StartRunner, http: aiohttp.ClientSession
+    start_runner: StartRunner, http: aiohttp.ClientSession, op_tokens: Mint
 ):
     runner, _, engine = await start_llm(start_runner)
     await predict(http, runner, prompt=PROMPT)
     assert engine.prefix_cache == {PROMPT: 5}
 
-    flushed = await runner.service.flush(FlushScope.MODEL, "vllm")
-    assert flushed.bytes_freed == 5 * KV_BYTES_PER_TOKEN
+    assert await flush(http, runner, op_tokens) == (
+        200,
+        {
+            "scope": "model",
+            "model": "vllm",
+            "entriesRemoved": 0,
+            "freedBytes": 0,  # the result cache held nothing
+            "modelCache": {"freedBytes": None, "freedBlocks": 1},  # blocks stay in the pool
+        },
+    )
     assert engine.prefix_cache == {}
     _, _, headers = await call(
         http, "POST", f"{runner.url}/predictions", {"input": {"prompt": PROMPT}}
@@ -225,27 +258,71 @@ async def test_flush_empties_the_prefix_cache(
     assert headers["X-Cache-Hit"] == "false"
 
 
+async def test_flush_is_refused_while_the_engine_runs_requests(
+    start_runner: StartRunner,
+    http: aiohttp.ClientSession,
+    receiver: WebhookReceiver,
+    op_tokens: Mint,
+):
+    runner, _, engine = await start_llm(start_runner, stall_after=2)
+    request = {"input": {"prompt": PROMPT}, "webhook": receiver.url("f1")}
+    await call(http, "PUT", f"{runner.url}/predictions/f1", request, ASYNC)
+    await receiver.until("f1", lambda body: len(outputs(body)) == 2)
+
+    status, body = await flush(http, runner, op_tokens)
+    assert (status, body["code"]) == (409, "cache-busy")
+    assert engine.prefix_cache == {PROMPT: 5}  # prefilled, and kept, as vLLM keeps it
+    _, capabilities, _ = await call(http, "GET", f"{runner.url}/v1/capabilities")
+    [loaded] = capabilities["models"]["loaded"]
+    assert loaded["kv_cache"] == {
+        "usage": 2 / BLOCKS_TOTAL,  # the running request's 5 tokens hold 2 blocks
+        "blocks_total": BLOCKS_TOTAL,
+        "blocks_used": 2,
+        "blocks_cached": 1,
+    }
+
+    engine.resume()
+    assert (await receiver.until_terminal("f1"))[-1].body["status"] == "succeeded"
+    status, body = await flush(http, runner, op_tokens)
+    assert (status, body["modelCache"]) == (200, {"freedBytes": None, "freedBlocks": 1})
+
+
 async def test_capabilities_report_kv_cache_and_memory(
     start_runner: StartRunner, http: aiohttp.ClientSession
 ):
     runner, model, _ = await start_llm(start_runner)
-    await predict(http, runner, prompt=PROMPT)  # 5 cached tokens: 2 blocks of 4
-    [loaded] = runner.service.capabilities()["models"]["loaded"]
+    await predict(http, runner, prompt=PROMPT)  # 5 tokens prefilled: 1 whole block cached
+    status, capabilities, _ = await call(http, "GET", f"{runner.url}/v1/capabilities")
+    assert status == 200
+    [loaded] = capabilities["models"]["loaded"]
     assert loaded["id"] == "vllm" and loaded["device"] == "cpu"
     assert loaded["model"] == "fake"
     assert loaded["max_model_len"] == 2048
-    assert loaded["kv_cache"] == {"usage": 2 / 256, "blocks_total": 256, "blocks_used": 2}
-    assert loaded["memory_bytes"] == model.memory_bytes() == WEIGHTS_BYTES + 5 * KV_BYTES_PER_TOKEN
+    assert loaded["kv_cache"] == {
+        "usage": 0.0,  # nothing running: cached prefix blocks are free to evict
+        "blocks_total": BLOCKS_TOTAL,
+        "blocks_used": 0,
+        "blocks_cached": 1,
+    }
+    assert loaded["memory_bytes"] == model.memory_bytes() == ENGINE_BYTES  # the pool is fixed
 
 
 async def test_unload_frees_memory_and_refuses_predictions_until_loaded_again(
-    start_runner: StartRunner, http: aiohttp.ClientSession
+    start_runner: StartRunner, http: aiohttp.ClientSession, op_tokens: Mint
 ):
     runner, model, engine = await start_llm(start_runner)
-    assert model.memory_bytes() == WEIGHTS_BYTES
+    assert model.memory_bytes() == ENGINE_BYTES
     assert model.load_progress() == 1.0
 
-    assert await runner.service.unload("vllm") == WEIGHTS_BYTES
+    unload = {"modelId": "vllm", "verifiedOpToken": op_tokens("model-unload")}
+    status, body, _ = await call(http, "POST", f"{runner.url}/v1/models/unload", unload)
+    assert status == 200, body
+    assert (body["status"], body["freedBytes"], body["modelBytes"]) == (
+        "unloaded",
+        ENGINE_BYTES,
+        ENGINE_BYTES,
+    )
+    assert body["rssDeltaBytes"] == body["rssAfterBytes"] - body["rssBeforeBytes"]
     assert model.memory_bytes() == 0 and not engine.running
     assert model.extra_capabilities() == {"model": "fake", "max_model_len": None, "kv_cache": None}
     status, body, headers = await call(
@@ -255,10 +332,15 @@ async def test_unload_frees_memory_and_refuses_predictions_until_loaded_again(
     with pytest.raises(RuntimeError, match="model fake is not loaded"):
         await anext(model.predict({"prompt": PROMPT}, PredictContext("x", {}, lambda line: None)))
     assert engine.requests == []
+    status, body = await flush(http, runner, op_tokens)
+    assert (status, body["modelCache"]) == (200, None)  # nothing loaded, nothing to drop
 
-    runner.service.load("vllm", None)
-    await runner.service.lifecycle.wait()
-    assert engine.started == 2 and model.memory_bytes() == WEIGHTS_BYTES
+    load = {"modelId": "vllm", "verifiedOpToken": op_tokens("model-load")}
+    status, task, _ = await call(http, "POST", f"{runner.url}/v1/models/load", load)
+    assert status == 202, task
+    done = await wait_task(http, runner.url, task["taskId"])
+    assert (done["status"], done["memoryUsedBytes"]) == ("completed", ENGINE_BYTES)
+    assert engine.started == 2 and model.memory_bytes() == ENGINE_BYTES
     assert (await predict(http, runner, prompt=PROMPT))["output"] == REPLY
 
 

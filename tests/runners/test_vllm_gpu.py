@@ -83,11 +83,12 @@ async def test_streams_a_completion_and_reuses_the_prefix_cache(
         assert extra["max_model_len"] == 1024
         assert extra["kv_cache"]["blocks_total"] > 0
 
-        await runner.service.flush(FlushScope.MODEL, "vllm")
+        flushed = await runner.service.flush(FlushScope.MODEL, "vllm")
+        assert flushed.model is not None and flushed.model.bytes_freed is None
         _, _, headers = await post(http, f"{runner.url}/predictions", {"input": inputs})
         assert headers["X-Cache-Hit"] == "false"
 
-        assert await runner.service.unload("vllm") > 0
+        assert (await runner.service.unload("vllm")).freed_bytes > 0
         assert model.memory_bytes() == 0
     finally:
         await model.unload()
