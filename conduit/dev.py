@@ -137,7 +137,7 @@ def _serve(env: dict[str, str], port: int) -> int:
         )
         api_url = f"http://127.0.0.1:{port}"
         wait_until(lambda: _status_ok(f"{api_url}/health"), "api", children)
-        _print_banner(api_url, token, env)
+        _print_banner(api_url, runner_url, token, env)
         while not stop.wait(0.5):
             problem = children.exited()
             if problem:
@@ -148,12 +148,13 @@ def _serve(env: dict[str, str], port: int) -> int:
         children.stop()
 
 
-def _print_banner(api_url: str, token: str, env: dict[str, str]) -> None:
+def _print_banner(api_url: str, runner_url: str, token: str, env: dict[str, str]) -> None:
     print(
         f"""
 Conduit is running.
   API:       {api_url}
   Token:     {token}
+  Runner:    {runner_url}
   Database:  {env["DATABASE_URL"]}
   Redis:     {env["REDIS_URL"]}
 

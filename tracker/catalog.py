@@ -65,9 +65,22 @@ class DeploymentInfo:
         return f"{self.owner}/{self.name}"
 
 
-def schema_version_id(openapi_schema: dict[str, Any]) -> str:
-    """A version's id: sha-256 of its canonical schema, so the same model gives the same id."""
-    return hashlib.sha256(orjson.dumps(openapi_schema, option=orjson.OPT_SORT_KEYS)).hexdigest()
+def version_id_for(
+    owner: str, name: str, openapi_schema: dict[str, Any], cog_version: str | None
+) -> str:
+    """A version's id: sha-256 of the model's name, its cog version and its canonical schema.
+
+    Deterministic, so registering the same model from the same runner again gives the same id,
+    and unique per model: the id keys the version's input streams (``vp-<id>``), so two models
+    served by identical runners must never share one. The cog version is part of the identity
+    because a version row is immutable; a runner rebuilt on another Cog is a new version.
+    """
+    identity = {
+        "model": f"{owner}/{name}",
+        "cog_version": cog_version,
+        "openapi_schema": openapi_schema,
+    }
+    return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 async def account_for_token(engine: AsyncEngine, token: str) -> AccountInfo | None:
@@ -178,7 +191,7 @@ async def create_version(
     shards: int = 8,
 ) -> str:
     """Create the model if needed and a version for this schema; make it the latest."""
-    version_id = schema_version_id(openapi_schema)
+    version_id = version_id_for(owner, name, openapi_schema, cog_version)
     async with engine.begin() as conn:
         model_id = (
             await conn.execute(
@@ -222,8 +235,13 @@ async def create_deployment(
     if model is None:
         raise LookupError(f"model {model_owner}/{model_name} does not exist")
     version = version_id or model.latest_version_id
-    if version is None or (await get_version(engine, version)) is None:
+    found = await get_version(engine, version) if version is not None else None
+    if found is None:
         raise LookupError(f"version {version} of {model_owner}/{model_name} does not exist")
+    if found.model != f"{model_owner}/{model_name}":
+        raise LookupError(
+            f"version {version} belongs to {found.model}, not to {model_owner}/{model_name}"
+        )
     values = {
         "owner": owner,
         "name": name,
