@@ -29,6 +29,8 @@ from director.receiver import Inflight
 from director.runner_client import InputRejected, RunnerClient, RunnerError, RunnerRefused
 from director.runner_monitor import RunnerMonitor
 from runners.protocol import PredictionResponse, RunnerStatus
+from tracker import store
+from tracker.retry import TRANSIENT
 from tracker.states import Status
 from tracker.tracker import AttemptTracker
 from tracker.usage import RunnerTimes
@@ -41,6 +43,10 @@ _TERMINAL = {
     RunnerStatus.CANCELED: Status.CANCELED,
 }
 Interruption = Literal["cancel", "limit", "quiet"]
+RERUN_AFTER_OUTPUT = (
+    "prediction interrupted: its run was lost after it had streamed output, and a new run "
+    "could contradict what was streamed; it is safe to retry"
+)
 
 
 class Execution:
@@ -83,6 +89,8 @@ class Execution:
         self._held_since: float | None = None
         #: When the runner accepted it (loop time); it may queue it before running it.
         self._accepted_at: float | None = None
+        #: Next time (loop time) to look at the cancel flag in Postgres.
+        self._flag_check_at = now + monitor.interval
 
     @property
     def timeout_error(self) -> str:
@@ -115,6 +123,10 @@ class Execution:
         return await self.tracker.finish(status, error=self._not_started_error())
 
     async def run(self, input: dict[str, Any]) -> RowMapping | None:
+        if self.tracker.attempt > 1 and await self.tracker.earlier_output():
+            # Another attempt's run streamed output before it was lost: running the model
+            # again would add a second, possibly different, output to the same stream.
+            return await self.tracker.finish(Status.FAILED, error=RERUN_AFTER_OUTPUT)
         try:
             started = await self._start(input)
         except InputRejected as rejected:
@@ -140,6 +152,7 @@ class Execution:
         """
         attempt = 0
         while True:
+            await self._poll_cancel_flag(watching=True)
             if self.inflight.cancel.is_set() or self._loop.time() >= self._limit_at:
                 return False
             retry_after: float | None = None
@@ -183,6 +196,7 @@ class Execution:
     async def _follow(self) -> RowMapping | None:
         grace_until: float | None = None
         while True:
+            await self._poll_cancel_flag(watching=grace_until is None)
             limit = self._limit_at if grace_until is None else grace_until
             wait = min(limit - self._loop.time(), self.monitor.interval)
             news = await self._next(wait, watch_cancel=grace_until is None)
@@ -201,6 +215,22 @@ class Execution:
                 grace_until = self._loop.time() + self.cancel_grace
             else:
                 return await self._cancel_ignored()
+
+    async def _poll_cancel_flag(self, watching: bool) -> None:
+        """Cancels are published fire-and-forget; one sent while this director was not
+        subscribed is only in Postgres. Look there, at most once per monitor interval."""
+        now = self._loop.time()
+        if not watching or self.inflight.cancel.is_set() or now < self._flag_check_at:
+            return
+        self._flag_check_at = now + self.monitor.interval
+        try:
+            flagged = await store.cancel_requested(self.tracker.engine, self.prediction_id)
+        except TRANSIENT as error:
+            log.debug("cancel flag of %s not read: %r", self.prediction_id, error)
+            return
+        if flagged:
+            log.info("%s was flagged for cancel; canceling on the runner", self.prediction_id)
+            self.inflight.cancel.set()
 
     async def _cancel_ignored(self) -> RowMapping | None:
         """The runner never confirmed the cancel: record the outcome ourselves, and stop
@@ -243,6 +273,8 @@ class Execution:
         if snapshot.status is RunnerStatus.PROCESSING and not await self.tracker.started():
             await self._cancel_on_runner()
             return True
+        if self.tracker.cancel_requested:
+            self.inflight.cancel.set()  # flagged before it started: the follow loop cancels
         await self.tracker.progress(snapshot.output, snapshot.logs)
         if not snapshot.status.is_terminal:
             return None

@@ -124,6 +124,18 @@ class EventLog:
     async def exists(self, prediction_id: str) -> bool:
         return bool(await self.redis.exists(events_key(prediction_id)))
 
+    async def has_output(self, prediction_id: str, page: int = 500) -> bool:
+        """Whether any ``output`` event was appended (a scan: for rare recovery paths only)."""
+        key = events_key(prediction_id)
+        start = "-"
+        while True:
+            entries: Any = await self.redis.xrange(key, min=start, count=page)
+            if any(fields[b"type"] == EventType.OUTPUT.value.encode() for _, fields in entries):
+                return True
+            if len(entries) < page:
+                return False
+            start = "(" + _text(entries[-1][0])
+
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

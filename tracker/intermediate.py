@@ -3,15 +3,25 @@
 At most one request in flight and at most one every ``interval`` seconds; a newer state replaces
 one still waiting (every body is the whole prediction, so the newest says everything the older
 did); failures are dropped, never retried. ``start`` is never replaced by a later state, so the
-receiver always sees it first. Closing drops whatever is pending: ``completed`` supersedes it.
+receiver always sees it first.
+
+Closing never waits: a slow receiver must not hold up the prediction's ``done`` event, its
+``completed`` webhook or the director's next prediction. Whatever is pending is dropped
+(``completed`` supersedes it); a request already on the wire finishes in the background, bounded
+by the webhook timeout, so it may land after ``completed`` (every body carries ``status``; a
+receiver keeps the terminal one).
+
+All senders on one HTTP session share ``policy.concurrency`` request slots. The session's
+connection pool holds twice that, and the durable ``completed`` dispatcher uses at most the
+other half, so slow receivers of intermediate events can never starve ``completed`` deliveries.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
+import weakref
 from collections.abc import Callable, Sequence
 
 import aiohttp
@@ -19,6 +29,19 @@ import aiohttp
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
 log = logging.getLogger(__name__)
+
+_SLOTS: weakref.WeakKeyDictionary[aiohttp.ClientSession, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+#: Closed senders whose last request is still on the wire: held here so they are not collected.
+_LINGERING: set[asyncio.Task[None]] = set()
+
+
+def _slots(session: aiohttp.ClientSession, policy: WebhookPolicy) -> asyncio.Semaphore:
+    slots = _SLOTS.get(session)
+    if slots is None:
+        slots = _SLOTS[session] = asyncio.Semaphore(policy.concurrency)
+    return slots
 
 
 class IntermediateSender:
@@ -38,14 +61,14 @@ class IntermediateSender:
         self._start: Callable[[], str] | None = None
         self._latest: tuple[str, Callable[[], str]] | None = None
         self._ready = asyncio.Event()
-        self._idle = asyncio.Event()
         self._sending = False
+        self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.sent: list[str] = []
 
     def offer(self, event: str, body: Callable[[], str]) -> None:
         """Queue ``event``; ``body`` renders the prediction when the request is made."""
-        if event not in self.events:
+        if event not in self.events or self._closed:
             return
         if event == "start":
             self._start = body
@@ -58,38 +81,40 @@ class IntermediateSender:
     async def _pump(self) -> None:
         loop = asyncio.get_running_loop()
         next_allowed = 0.0
-        while True:
+        while not self._closed:
             await self._ready.wait()
             self._ready.clear()
             delay = next_allowed - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            taken = self._take()
-            if taken is None:
-                continue
-            event, render = taken
-            next_allowed = loop.time() + self.policy.intermediate_interval
-            self._sending = True
-            self._idle.clear()
-            try:
-                await post(
-                    self.session,
-                    self.policy,
-                    self.url,
-                    "msg_" + secrets.token_hex(12),
-                    self.secret,
-                    render(),
-                )
-                self.sent.append(event)
-            except DeliveryFailed as failure:
-                log.debug("intermediate %s webhook dropped: %s", event, failure)
-            except Exception:  # never let one bad send silence the rest of the prediction
-                log.exception("intermediate %s webhook failed", event)
-            finally:
-                self._sending = False
-                self._idle.set()
+            async with _slots(self.session, self.policy):
+                taken = self._take()
+                if taken is None:
+                    continue
+                next_allowed = loop.time() + self.policy.intermediate_interval
+                self._sending = True
+                try:
+                    await self._send(*taken)
+                finally:
+                    self._sending = False
             if self._start is not None or self._latest is not None:
                 self._ready.set()
+
+    async def _send(self, event: str, render: Callable[[], str]) -> None:
+        try:
+            await post(
+                self.session,
+                self.policy,
+                self.url,
+                "msg_" + secrets.token_hex(12),
+                self.secret,
+                render(),
+            )
+            self.sent.append(event)
+        except DeliveryFailed as failure:
+            log.debug("intermediate %s webhook dropped: %s", event, failure)
+        except Exception:  # never let one bad send silence the rest of the prediction
+            log.exception("intermediate %s webhook failed", event)
 
     def _take(self) -> tuple[str, Callable[[], str]] | None:
         if self._start is not None:
@@ -98,15 +123,19 @@ class IntermediateSender:
         taken, self._latest = self._latest, None
         return taken
 
-    async def close(self, grace: float = 2.0) -> None:
-        """Drop what is pending; give a request already on the wire ``grace`` seconds to land,
-        so it does not arrive after the ``completed`` webhook."""
+    def close(self) -> None:
+        """Drop what is pending and return at once; a request on the wire ends by itself."""
+        self._closed = True
         self._start = self._latest = None
-        if self._task is None or self._task.done():
+        task = self._task
+        if task is None or task.done():
             return
-        if self._sending:
-            with contextlib.suppress(TimeoutError, Exception):
-                await asyncio.wait_for(self._idle.wait(), grace)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._task
+        if not self._sending:
+            task.cancel()
+            return
+        # The pump ends after this send (it checks ``_closed``); the timer only backs up the
+        # session's own timeout.
+        _LINGERING.add(task)
+        task.add_done_callback(_LINGERING.discard)
+        timer = asyncio.get_running_loop().call_later(self.policy.timeout, task.cancel)
+        task.add_done_callback(lambda _: timer.cancel())

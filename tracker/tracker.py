@@ -67,6 +67,9 @@ class AttemptTracker:
         self._flusher: asyncio.Task[None] | None = None
         #: Set when a fenced write found another attempt in charge: publish nothing more.
         self.fenced = False
+        #: Set when the start found a cancel already flagged in Postgres: a cancel published
+        #: while nobody listened. The execution cancels on the runner when it sees it.
+        self.cancel_requested = False
 
     @property
     def _wants_completed(self) -> bool:
@@ -98,6 +101,7 @@ class AttemptTracker:
             return False
         self.status = Status.PROCESSING
         self.state["started_at"] = row["started_at"]
+        self.cancel_requested = bool(row["cancel_requested"])
         await self._publish([(EventType.STATUS, Status.PROCESSING.value)])
         self._offer("start")
         if self._dirty:
@@ -143,20 +147,22 @@ class AttemptTracker:
             self._flusher = asyncio.create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(self.flush_interval)
-        if not self._dirty:
-            return
-        self._dirty = False
-        try:
-            saved = await store.save_progress(
-                self.engine, self.prediction_id, self.attempt, self.output, self.logs
-            )
-        except TRANSIENT as error:  # the next flush, or the terminal write, catches up
-            log.debug("progress of %s not saved: %r", self.prediction_id, error)
-            self._dirty = True
-            return
-        if not saved:
-            self.fenced = True
+        """Write the accumulated progress, at most once per ``flush_interval``, until nothing
+        new is left: snapshots that arrive during a write, or a write that failed, are caught
+        by the next round rather than waiting for the next snapshot."""
+        while self._dirty and not self.fenced:
+            await asyncio.sleep(self.flush_interval)
+            self._dirty = False
+            try:
+                saved = await store.save_progress(
+                    self.engine, self.prediction_id, self.attempt, self.output, self.logs
+                )
+            except TRANSIENT as error:  # the next round, or the terminal write, catches up
+                log.debug("progress of %s not saved: %r", self.prediction_id, error)
+                self._dirty = True
+                continue
+            if not saved:
+                self.fenced = True
 
     async def finish(
         self,
@@ -201,9 +207,11 @@ class AttemptTracker:
         )
         if row is None:
             return None
-        self.status = status
         if self.publishing.webhooks is not None:
-            await self.publishing.webhooks.close()
+            # Returns at once (a slow receiver never holds up "done"); dropping what is pending
+            # now, before the status changes, keeps an intermediate webhook from carrying it.
+            self.publishing.webhooks.close()
+        self.status = status
         final = orjson.dumps(render_prediction(row, self.publishing.base_url)).decode()
         # Waiters and streams end on "done": it must get out even through a Redis blip.
         await persistently(
@@ -224,9 +232,19 @@ class AttemptTracker:
         self._dirty = False
 
     async def close(self) -> None:
+        """Stop this attempt's background work. Never waits on a webhook receiver."""
         await self._stop_flusher()
         if self.publishing.webhooks is not None:
-            await self.publishing.webhooks.close()
+            self.publishing.webhooks.close()
+
+    async def earlier_output(self) -> bool:
+        """Whether the event stream already holds output from an earlier attempt's run.
+
+        Streamed chunks cannot be taken back: were this attempt to run the model again, a
+        client following the stream would see both runs' output, and the final output would
+        differ from what it read.
+        """
+        return await self.publishing.events.has_output(self.prediction_id)
 
 
 def _shorter(new: Any, old: Any) -> bool:

@@ -18,7 +18,8 @@ from standardwebhooks.webhooks import Webhook
 
 from tracker.ssrf import BlockedAddress, GuardedResolver, Network, check_webhook_url
 
-#: Seconds to wait before each retry of a terminal webhook; 11 attempts over ~27 hours.
+#: Seconds to wait before each retry of a terminal webhook: 11 attempts over 27.7 to 33.3 hours
+#: (jitter only ever adds), so a receiver that is down for a whole day still gets it.
 DEFAULT_SCHEDULE: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 43200)
 USER_AGENT = "conduit-webhooks/0.1"
 
@@ -38,11 +39,15 @@ class WebhookPolicy:
     extra_headers: dict[str, str] = field(default_factory=dict)
 
     def retry_delay(self, attempts: int) -> float | None:
-        """Delay before the next attempt after ``attempts`` failures; None when out of tries."""
+        """Delay before the next attempt after ``attempts`` failures; None when out of tries.
+
+        Jitter spreads retries of many deliveries apart but only ever lengthens a wait: the
+        schedule's sum is the least time a delivery is retried for.
+        """
         if attempts > len(self.schedule):
             return None
         base = self.schedule[attempts - 1]
-        return base * random.uniform(1 - self.jitter, 1 + self.jitter)
+        return base * random.uniform(1, 1 + self.jitter)
 
 
 class DeliveryFailed(Exception):
@@ -65,6 +70,8 @@ def sign(secret: str, message_id: str, body: str, when: datetime | None = None) 
 
 
 def open_session(policy: WebhookPolicy) -> aiohttp.ClientSession:
+    # Two halves of ``concurrency`` connections: the durable dispatcher's slots and the
+    # intermediate senders' shared slots (``tracker.intermediate``), so neither starves the other.
     connector = aiohttp.TCPConnector(
         resolver=GuardedResolver(policy.allow), limit=policy.concurrency * 2
     )

@@ -1,40 +1,68 @@
 """``GET /v1/predictions/<id>/stream``: server-sent events from the prediction's event stream.
 
 Events ``output``, ``logs``, ``error`` and ``done``, each with the Redis entry id as ``id:``, so a
-client joining late gets the whole history and ``Last-Event-ID`` resumes after it. When the
-history has expired, a finished prediction is replayed from its stored row.
+client joining late gets the whole history and ``Last-Event-ID`` resumes after it. A
+``Last-Event-ID`` that is not a stream id (``<ms>-<seq>``) is refused with 400 before the stream
+starts: resuming from a guess could repeat or skip output.
+
+When the history has expired, a finished prediction is replayed from its stored row with the
+same event shapes as the live stream (outputs, then log lines, then the error and ``done``) and
+ids ``0-1``, ``0-2``, …; ``Last-Event-ID`` skips those up to it. ``done`` is always sent: an
+id from the expired live stream cannot be matched to a replayed event, and the client must
+still learn that the prediction is over.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import re
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import serving
 from api.deps import AccountDep, ResourcesDep
+from api.errors import InvalidRequest
 from tracker.events import EventLog, EventType, done_data, output_text
 from tracker.states import Status
 
 router = APIRouter(prefix="/v1")
 
 PUBLIC_EVENTS = {EventType.OUTPUT, EventType.LOGS, EventType.ERROR, EventType.DONE}
+_STREAM_ID = re.compile(r"\d+-\d+")
 
 
-def replay_from_row(row: Mapping[Any, Any]) -> list[ServerSentEvent]:
+def _position(event_id: str) -> tuple[int, int]:
+    ms, _, seq = event_id.partition("-")
+    return int(ms), int(seq)
+
+
+def parse_last_event_id(header: str | None) -> str:
+    """The stream position to resume after: ``"0"`` (from the start) without a header."""
+    if not header:
+        return "0"
+    if not _STREAM_ID.fullmatch(header):
+        raise InvalidRequest(
+            f"Last-Event-ID must be an event id from this stream, got {header!r}",
+            errors=[{"field": "Last-Event-ID", "message": "expected <digits>-<digits>"}],
+        )
+    return header
+
+
+def replay_from_row(row: Mapping[Any, Any], after: str = "0") -> Iterator[ServerSentEvent]:
     output = row["output"]
     chunks = output if isinstance(output, list) else ([] if output is None else [output])
-    events = [
-        ServerSentEvent(output_text(chunk), event="output", id=f"0-{i + 1}")
-        for i, chunk in enumerate(chunks)
-    ]
-    n = len(events)
+    events: list[tuple[str, str]] = [("output", output_text(chunk)) for chunk in chunks]
+    events += [("logs", line) for line in (row["logs"] or "").splitlines()]
     if row["error"]:
-        events.append(ServerSentEvent(row["error"], event="error", id=f"0-{n + 1}"))
-    events.append(ServerSentEvent(done_data(row["status"]), event="done", id=f"0-{n + 2}"))
-    return events
+        events.append(("error", orjson.dumps({"detail": row["error"]}).decode()))
+    events.append(("done", done_data(row["status"])))
+    seen = (0, 0) if after == "0" else _position(after)
+    for i, (kind, data) in enumerate(events, start=1):
+        if kind == "done" or (0, i) > seen:
+            yield ServerSentEvent(data, event=kind, id=f"0-{i}")
 
 
 async def follow(
@@ -54,10 +82,10 @@ async def stream_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> EventSourceResponse:
     row = await serving.get(resources, account, prediction_id)
-    after = request.headers.get("last-event-id") or "0"
+    after = parse_last_event_id(request.headers.get("last-event-id"))
     content: Any
     if Status(row["status"]).is_terminal and not await resources.events.exists(prediction_id):
-        content = iter(replay_from_row(row))
+        content = replay_from_row(row, after)
     else:
         content = follow(resources.events, prediction_id, after)
     return EventSourceResponse(

@@ -1,4 +1,5 @@
-"""SSE: ordered outputs, late join, Last-Event-ID resume, done on cancel, official client."""
+"""SSE: ordered outputs, late join, Last-Event-ID resume, replay after the history expired,
+done on cancel, official client."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ import uuid
 from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
+import redis
 import replicate
 
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
-from tests.fixtures.api import create, fetch, wait_status
+from tests.fixtures.api import assert_problem, create, fetch, wait_status
 from tests.fixtures.processes import Launcher
 from tests.fixtures.sse import events, read_stream
 from tests.fixtures.waiting import wait_for
+from tracker.events import events_key
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 
@@ -51,6 +55,66 @@ def test_failed_prediction_streams_error_then_done(client: httpx.Client) -> None
     errors = [e for e in seen if e.event == "error"]
     assert len(errors) == 1 and "failed as requested" in json.loads(errors[0].data)["detail"]
     assert seen[-1].event == "done"
+
+
+def _expire_history(redis_url: str, prediction_id: str) -> None:
+    with redis.Redis.from_url(redis_url) as r:
+        assert r.delete(events_key(prediction_id)) == 1
+
+
+def test_replay_after_the_history_expired_matches_the_live_stream(
+    client: httpx.Client, redis_url: str
+) -> None:
+    created = create(client, PATH, input={"prompt": "e", "n": 3, "fail": True})
+    live = read_stream(client, created["id"])
+    _expire_history(redis_url, created["id"])
+
+    replayed = read_stream(client, created["id"])
+    public = [(e.event, e.data) for e in live]
+    assert sorted(public) == sorted((e.event, e.data) for e in replayed)  # same events
+    assert [e.data for e in replayed if e.event == "output"] == ["e-0", "e-1", "e-2"]
+    assert [e.data for e in replayed if e.event == "logs"] == ["echo e-0", "echo e-1", "echo e-2"]
+    [error] = [e for e in replayed if e.event == "error"]
+    assert "failed as requested" in json.loads(error.data)["detail"]
+    assert [e.event for e in replayed[-2:]] == ["error", "done"]
+
+    resumed = read_stream(client, created["id"], last_event_id=replayed[1].id)
+    assert [(e.event, e.data) for e in resumed] == [(e.event, e.data) for e in replayed[2:]]
+    # An id of the expired live stream matches nothing replayed: the end is still told.
+    gone = read_stream(client, created["id"], last_event_id=live[-2].id)
+    assert [e.event for e in gone] == ["done"]
+
+
+@pytest.mark.parametrize("expired", [False, True])
+@pytest.mark.parametrize("last_event_id", ["abc", "12", "1-2-3", "-1-0"])
+def test_malformed_last_event_id_is_400(
+    client: httpx.Client, redis_url: str, expired: bool, last_event_id: str
+) -> None:
+    created = create(client, PATH, input={"prompt": "m"})
+    wait_status(client, created["id"])
+    if expired:
+        _expire_history(redis_url, created["id"])
+    response = client.get(
+        f"/v1/predictions/{created['id']}/stream", headers={"Last-Event-ID": last_event_id}
+    )
+    assert assert_problem(response, 400)["errors"][0]["field"] == "Last-Event-ID"
+
+
+def test_cancel_flagged_only_in_postgres_is_carried_out(
+    client: httpx.Client, database_url: str
+) -> None:
+    """A cancel whose notice was lost (published while no director listened) is still found:
+    the director looks at the flag while the prediction runs."""
+    created = create(client, PATH, input={"prompt": "f", "n": 200, "delay": 0.05})
+    wait_for(lambda: len(fetch(client, created["id"])["output"] or []) >= 2, "some output")
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "UPDATE predictions SET cancel_requested = true WHERE id = %s", (created["id"],)
+        )
+    done = wait_status(client, created["id"], timeout=15)
+    assert done["status"] == "canceled"
+    assert 0 < len(done["output"]) < 200
+    assert read_stream(client, created["id"])[-1].data == '{"reason":"canceled"}'
 
 
 def test_cancel_ends_the_stream_with_reason(client: httpx.Client, stack: Stack, token: str) -> None:

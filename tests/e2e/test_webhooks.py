@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -23,16 +25,19 @@ PATH = f"/v1/deployments/{ECHO}/predictions"
 TERMINAL = {"succeeded", "failed", "canceled"}
 
 
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with webhook_receiver() as running:
-        yield running
-
-
 def _secret(client: httpx.Client) -> str:
     key: str = client.get("/v1/webhooks/default/secret").json()["key"]
     assert key.startswith("whsec_")
     return key
+
+
+@pytest.fixture
+def receiver(client: httpx.Client) -> Iterator[Receiver]:
+    """A receiver that verifies every delivery against the test account's secret; a test
+    whose deliveries did not all verify fails."""
+    with webhook_receiver(secret=_secret(client)) as running:
+        yield running
+    assert running.failures == []
 
 
 def _verified(secret: str, request: Received) -> dict[str, Any]:
@@ -183,6 +188,40 @@ def test_pending_completed_survives_restarts(
             successor.stop()
     finally:
         runner.stop()
+
+
+def test_hung_intermediate_receiver_delays_nothing(
+    client: httpx.Client, receiver: Receiver
+) -> None:
+    """A receiver that hangs on every intermediate webhook (one still on the wire when the
+    prediction ends) holds up neither ``done`` (so ``Prefer: wait``), nor the director's next
+    prediction, nor the ``completed`` webhook."""
+    release = threading.Event()
+
+    def hang_on_intermediate(request: Received, index: int) -> tuple[int, dict[str, str]]:
+        if request.json()["status"] not in TERMINAL:
+            release.wait(10)  # a stalled receiver, released when the test ends
+        return 200, {}
+
+    receiver.respond = hang_on_intermediate
+    ids = []
+    try:
+        for n in range(3):
+            started = time.monotonic()
+            response = client.post(
+                PATH,
+                json={"input": {"prompt": f"h{n}"}, "webhook": receiver.url + "/hung"},
+                headers={"Prefer": "wait"},
+            )
+            elapsed = time.monotonic() - started
+            assert response.status_code == 201, response.text
+            assert response.json()["status"] == "succeeded"
+            assert elapsed < 1.0, elapsed
+            ids.append(response.json()["id"])
+        wait_for(lambda: len(_completed(receiver, "/hung")) == 3, "completed webhooks")
+        assert {r.json()["id"] for r in _completed(receiver, "/hung")} == set(ids)
+    finally:
+        release.set()
 
 
 BLOCKED = [

@@ -17,7 +17,7 @@ from tests.fixtures.waiting import apace
 from tracker.ids import new_webhook_secret
 from tracker.intermediate import IntermediateSender
 from tracker.ssrf import parse_cidrs
-from tracker.webhooks import WebhookPolicy, open_session
+from tracker.webhooks import WebhookPolicy, open_session, post
 
 INTERVAL = 0.2
 DEADLINE = 10.0
@@ -35,6 +35,8 @@ class Receiver:
     status: int = 200
     #: Seconds each request is held before answering: a slow receiver.
     hold: float = 0.0
+    #: When set, ``/hook`` requests hang until it is: a receiver that stopped answering.
+    release: asyncio.Event | None = None
     arrivals: list[Arrival] = field(default_factory=list)
     in_flight: int = 0
     most_in_flight: int = 0
@@ -72,6 +74,10 @@ async def receiver(status: int = 200, hold: float = 0.0) -> AsyncIterator[Receiv
         body = await request.json()
         if target.hold:
             await apace(target.hold)  # a slow receiver, not synchronisation
+        if target.release is not None:
+            async with target.changed:
+                target.changed.notify_all()  # in_flight changed
+            await target.release.wait()
         target.in_flight -= 1
         async with target.changed:
             target.arrivals.append(Arrival(at, body))
@@ -79,6 +85,12 @@ async def receiver(status: int = 200, hold: float = 0.0) -> AsyncIterator[Receiv
         return web.Response(status=target.status)
 
     app.router.add_post("/hook", handle)
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=target.status)
+
+    app.router.add_post("/fast", answer)
     await server.start_server()
     target.url = f"http://127.0.0.1:{server.port}/hook"
     try:
@@ -97,7 +109,7 @@ async def sender(
         try:
             yield webhooks
         finally:
-            await webhooks.close()
+            webhooks.close()
 
 
 def snapshot(event: str, n: int, rendered: list[int] | None = None) -> Callable[[], str]:
@@ -202,7 +214,67 @@ async def test_close_drops_the_pending_state(status: int) -> None:
         await target.wait_until(lambda a: len(a) >= 1)
         # The interval has not passed, so this one waits; close() must drop it.
         webhooks.offer("output", snapshot("output", 1, rendered))
-        await webhooks.close()
+        webhooks.close()
         assert await target.nothing_more_within(2 * INTERVAL)
         assert rendered == [0]
         assert target.events() == ["start"]
+
+
+async def test_close_returns_at_once_and_the_request_on_the_wire_lands() -> None:
+    rendered: list[int] = []
+    async with receiver() as target, sender(target.url) as webhooks:
+        target.release = asyncio.Event()
+        webhooks.offer("start", snapshot("start", 0, rendered))
+        await target.wait_until(lambda _: target.in_flight == 1)
+        webhooks.offer("output", snapshot("output", 1, rendered))
+        webhooks.close()  # not a coroutine: nothing to wait for
+        webhooks.offer("logs", snapshot("logs", 2, rendered))  # after close: ignored
+        target.release.set()
+        await target.wait_until(lambda a: len(a) >= 1)
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert target.events() == ["start"] and webhooks.sent == ["start"]
+        assert rendered == [0]
+
+
+async def test_a_closed_senders_hung_request_ends_with_the_webhook_timeout() -> None:
+    policy = WebhookPolicy(allow=parse_cidrs("127.0.0.0/8"), timeout=0.5)
+    async with receiver() as target, open_session(policy) as session:
+        target.release = asyncio.Event()
+        webhooks = IntermediateSender(session, policy, target.url, new_webhook_secret(), None)
+        webhooks.offer("start", snapshot("start", 0))
+        await target.wait_until(lambda _: target.in_flight == 1)
+        webhooks.close()
+        pump = webhooks._task
+        assert pump is not None and not pump.done()
+        await asyncio.wait_for(asyncio.shield(pump), DEADLINE)
+        assert webhooks.sent == []
+        target.release.set()
+
+
+async def test_hung_intermediate_receivers_leave_connections_for_completed() -> None:
+    """More slow intermediate receivers than the pool has connections: the durable sender's
+    requests on the same session still get through at once."""
+    policy = WebhookPolicy(allow=parse_cidrs("127.0.0.0/8"), concurrency=2, timeout=DEADLINE)
+    async with receiver() as target, open_session(policy) as session:
+        target.release = asyncio.Event()
+        senders = [
+            IntermediateSender(session, policy, target.url, new_webhook_secret(), None)
+            for _ in range(3 * policy.concurrency)
+        ]
+        for webhooks in senders:
+            webhooks.offer("start", snapshot("start", 0))
+        await target.wait_until(lambda _: target.in_flight == policy.concurrency)
+        fast = target.url.replace("/hook", "/fast")
+        deliveries = [
+            post(session, policy, fast, f"msg_{i}", new_webhook_secret(), "{}")
+            for i in range(policy.concurrency)
+        ]
+        statuses = await asyncio.wait_for(asyncio.gather(*deliveries), 2.0)
+        assert statuses == [200] * policy.concurrency
+        assert target.most_in_flight == policy.concurrency
+        for webhooks in senders:
+            webhooks.close()  # those still waiting for a slot never send
+        target.release.set()
+        await target.wait_until(lambda a: len(a) >= policy.concurrency)
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert len(target.arrivals) == policy.concurrency

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from tracker import webhooks as webhooks_module
 from tracker.ids import new_webhook_secret
 from tracker.ssrf import parse_cidrs
 from tracker.webhooks import USER_AGENT, WebhookPolicy, open_session, post, sign
@@ -70,3 +71,20 @@ async def test_delivered_request_verifies_against_the_account_secret() -> None:
     assert payload == json.loads(BODY)
     with pytest.raises(WebhookVerificationError):
         Webhook(new_webhook_secret()).verify(body, dict(headers))
+
+
+@pytest.mark.parametrize("draw", ["low", "high"])
+def test_retries_span_at_least_a_day_whatever_the_jitter(
+    draw: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A receiver down for a whole day still gets its ``completed`` webhook: even with every
+    jitter draw at its extreme the retries cover 24 hours."""
+    pick = (lambda low, high: low) if draw == "low" else (lambda low, high: high)
+    monkeypatch.setattr(webhooks_module.random, "uniform", pick)
+    policy = WebhookPolicy()
+    delays = [policy.retry_delay(n) for n in range(1, len(policy.schedule) + 2)]
+    assert delays[-1] is None  # out of tries after the schedule
+    waits = [d for d in delays if d is not None]
+    assert len(waits) == len(policy.schedule)
+    assert sum(waits) >= 86_400
+    assert all(w >= base for w, base in zip(waits, policy.schedule, strict=True))
