@@ -3,8 +3,11 @@
 One director runs beside one runner. It owns the read → claim → run → ack loop and nothing of
 the public API. An entry is acknowledged only after its prediction's terminal state is
 committed; any infrastructure failure (runner, Redis, Postgres unreachable) leaves the entry
-pending, to be re-read by this director (every ``retry_interval``, once its backends answer
-again, and at start) or reclaimed by another one (``director.maintenance``).
+pending, to be offered again by this director (each ``retry_interval``; while Postgres or Redis
+is in trouble it reads nothing) or reclaimed by another one (``director.maintenance``). At start
+and once its backends answer again it offers itself every entry pending for it that it is not
+running. A delivery for a prediction another live director is running changes nothing: it is
+acknowledged and dropped.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 import orjson
@@ -30,15 +34,16 @@ from director.execution import Execution
 from director.outbound import Outbound
 from director.queue import CANCEL_CHANNEL, Entry, Queue
 from director.receiver import Inflight, Receiver
-from director.reclaim import Reclaimer
+from director.reclaim import Reclaimer, Retries
 from director.runner_client import RunnerClient, RunnerError
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
 from runners.protocol import HealthStatus
 from tracker import store
+from tracker.events import EventLog, EventType
 from tracker.render import render_prediction
 from tracker.states import Status
-from tracker.tracker import AttemptTracker
+from tracker.tracker import AttemptTracker, Publishing
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +90,21 @@ class Director:
             settings.drain_shards, settings.drain_streams.split(",")
         )
         self.stopping = asyncio.Event()
-        self.inflight: dict[str, Entry] = {}  # entry id -> entry being handled
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.inflight: dict[tuple[str, str], Entry] = {}  # entry key -> entry being handled
+        self._tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._backlog: collections.deque[Entry] = collections.deque()
         self._slot_freed = asyncio.Event()
         self._rotation = 0
         self._backend_trouble = False
+        #: Entries that failed here (or wait for a twin running here), to be offered again.
+        self.retries = Retries()
+        #: Offer every entry pending for this consumer again: at start, after backend trouble.
+        self._sweep_due = True
+        self._trackers: dict[tuple[str, str], AttemptTracker] = {}  # entry key -> its tracker
+        #: Loop time of the last heartbeat that found this director's entries still its own.
+        self.lease_renewed = float("-inf")
+        #: Heartbeat now (set by ``director.maintenance``): before publishing after a stall.
+        self.renew_lease: Callable[[], Awaitable[None]] | None = None
         self.runner_suspect = False  # ignored a cancel: take no work until it is READY again
 
     @property
@@ -103,18 +117,29 @@ class Director:
     def _handling(self, entry: Entry) -> bool:
         """Already running or waiting here, under this entry or another for the prediction."""
         return (
-            entry.id in self._tasks
+            entry.key in self._tasks
             or entry.prediction_id in self.receiver.inflight
             or any(
-                e.id == entry.id or e.prediction_id == entry.prediction_id for e in self._backlog
+                e.key == entry.key or e.prediction_id == entry.prediction_id for e in self._backlog
             )
         )
 
     def add_entries(self, entries: list[Entry]) -> None:
         for entry in entries:
-            if not self._handling(entry):
+            if self._handling(entry):
+                self._defer(entry)
+            else:
                 self._backlog.append(entry)
         self._slot_freed.set()
+
+    def _defer(self, entry: Entry) -> None:
+        """Another entry for a prediction running here waits until that run is over."""
+        if entry.key not in self._tasks and not self._in_backlog(entry.key):
+            later = asyncio.get_running_loop().time() + self.settings.retry_interval
+            self.retries.add(entry.stream, entry.id, later, entry.prediction_id)
+
+    def _in_backlog(self, key: tuple[str, str]) -> bool:
+        return any(e.key == key for e in self._backlog)
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then let in-flight predictions finish."""
@@ -134,8 +159,6 @@ class Director:
                     await task
 
     async def _read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_retry = 0.0
         failures = 0
         while not self.stopping.is_set():
             free = self.settings.concurrency - len(self._tasks)
@@ -143,11 +166,7 @@ class Director:
                 await self._wait_for_slot()
                 continue
             try:
-                if loop.time() >= next_retry:
-                    next_retry = loop.time() + self.settings.retry_interval
-                    await self._reread_pending()
-                if not self._backlog:
-                    await self._read_new(free)
+                await self._fill_backlog(free)
                 failures = 0
             except ResponseError as error:
                 if "NOGROUP" not in str(error):
@@ -160,8 +179,25 @@ class Director:
                 continue
             while self._backlog and len(self._tasks) < self.settings.concurrency:
                 entry = self._backlog.popleft()
-                if not self._handling(entry):  # a redelivery of what runs here waits its turn
+                if self._handling(entry):  # a redelivery of what runs here waits its turn
+                    self._defer(entry)
+                else:
                     self._spawn(entry)
+
+    async def _fill_backlog(self, free: int) -> None:
+        if self._backend_trouble:
+            # Entries read now would fail and pile up here: read nothing until both answer.
+            await self._check_backends()
+            log.info("Postgres and Redis answer again: offering pending entries again")
+            self._backend_trouble = False
+            self._sweep_due = True
+        if not self.monitor.gone:  # a runner that is away: leave failed entries to others
+            if self._sweep_due:
+                await self._sweep()
+                self._sweep_due = False
+            await self._offer_retries(free - len(self._backlog))
+        if not self._backlog:
+            await self._read_new(free)
 
     async def _back_off(self, failures: int, error: BaseException) -> None:
         # Exponential, capped; logged on the first failure and then rarely: no error storm.
@@ -185,75 +221,82 @@ class Director:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.stopping.wait(), seconds)
 
-    async def _backends_answer(self) -> bool:
-        try:
-            await self.redis.ping()
-            async with self.engine.connect() as conn:
-                await conn.execute(text("SELECT 1"))
-        except INFRASTRUCTURE_ERRORS:
-            return False
-        return True
+    async def _check_backends(self) -> None:
+        """Raises the infrastructure error while Redis or Postgres does not answer."""
+        await self.redis.ping()
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
 
-    async def _reread_pending(self) -> None:
-        # Re-reading counts as a delivery: while Postgres or Redis is down, don't, or an outage
-        # would push healthy predictions toward the dead-letter stream.
-        if self._backend_trouble:
-            if not await self._backends_answer():
-                return
-            self._backend_trouble = False
-        if self.monitor.gone:
-            return  # same for a runner that is away: wait until it answers again
-        entries = await self.queue.read(
-            self.all_streams,
-            self.consumer,
-            count=self.settings.concurrency * 4 + 16,
-            block_ms=None,
-            pending=True,
-        )
-        self.add_entries(entries)
+    async def _sweep(self) -> None:
+        """Put every entry pending for this consumer that is not running or waiting here on
+        the retry set, due now: at start nothing runs, after an outage some may."""
+        for stream in self.all_streams:
+            for entry_id in await self.queue.delivery_counts(stream, self.consumer):
+                known = (stream, entry_id) in self.retries  # failed here: keeps its time
+                key = (stream, entry_id)
+                if not known and key not in self._tasks and not self._in_backlog(key):
+                    self.retries.add(stream, entry_id, 0.0)
+
+    async def _offer_retries(self, room: int) -> None:
+        """Re-deliver (counting a delivery) due entries of the retry set, up to ``room``."""
+        if room <= 0 or not self.retries:
+            return
+        now = asyncio.get_running_loop().time()
+        by_stream: dict[str, list[str]] = {}
+        for stream, entry_id, prediction_id in self.retries.due(now):
+            if (stream, entry_id) in self._tasks or self._in_backlog((stream, entry_id)):
+                self.retries.discard(stream, entry_id)  # running or about to: never re-deliver
+            elif prediction_id in self.receiver.inflight:
+                later = now + self.settings.retry_interval
+                self.retries.add(stream, entry_id, later, prediction_id)
+            elif room > 0:
+                by_stream.setdefault(stream, []).append(entry_id)
+                room -= 1
+        for stream, ids in by_stream.items():
+            entries = await self.reclaimer.reoffer(stream, ids)
+            for entry_id in ids:
+                self.retries.discard(stream, entry_id)
+            self.add_entries(entries)
 
     async def _read_new(self, free: int) -> None:
-        """Non-blocking reads shard by shard, round robin, then one blocking read of all."""
+        """Shards in turn, round robin, in one round trip; then one blocking read of all."""
         streams = self.all_streams
         start = self._rotation % len(streams)
         ordered = streams[start:] + streams[:start]
-        for offset, stream in enumerate(ordered):
-            got = await self.queue.read([stream], self.consumer, count=free, block_ms=None)
-            if not got:
-                continue
-            # Round robin over the shards that have work: the next read starts after this one,
-            # so a flooded shard is served once per turn, not once per empty shard before it.
-            self._rotation = start + offset + 1
+        got, passed = await self.queue.read_in_turn(ordered, self.consumer, free)
+        if got:
+            # Round robin over the shards that have work: the next read starts after the last
+            # one that gave some, so a flooded shard is served once per turn.
+            self._rotation = start + passed
             self._backlog.extend(got)
-            free -= len(got)
-            if free <= 0:
-                return
-        if not self._backlog:
-            got = await self.queue.read(
-                ordered, self.consumer, count=1, block_ms=self.settings.block_ms
-            )
-            self._backlog.extend(got)
+            return
+        got = await self.queue.read(
+            ordered, self.consumer, count=1, block_ms=self.settings.block_ms
+        )
+        self._backlog.extend(got)
 
     def _spawn(self, entry: Entry) -> None:
         inflight = Inflight(entry.prediction_id)
         # Registered before the claim, so a cancel published after the claim commits is seen.
         self.receiver.inflight[entry.prediction_id] = inflight
         task = asyncio.create_task(self._handle(entry, inflight))
-        self._tasks[entry.id] = task
-        self.inflight[entry.id] = entry
+        self._tasks[entry.key] = task
+        self.inflight[entry.key] = entry
 
         def done(finished: asyncio.Task[None]) -> None:
-            if self._tasks.get(entry.id) is finished:
-                del self._tasks[entry.id]
-                self.inflight.pop(entry.id, None)
+            if self._tasks.get(entry.key) is finished:
+                del self._tasks[entry.key]
+                self.inflight.pop(entry.key, None)
             self._slot_freed.set()
 
         task.add_done_callback(done)
 
     async def _handle(self, entry: Entry, inflight: Inflight) -> None:
+        acked = False
         try:
             if await self._process(entry, inflight):
                 await self.queue.ack(entry.stream, entry.id)
+                acked = True
         except INFRASTRUCTURE_ERRORS as error:
             if not isinstance(error, RunnerError):
                 self._backend_trouble = True
@@ -261,15 +304,48 @@ class Director:
         except Exception:
             log.exception("prediction %s: unexpected error; left pending", entry.prediction_id)
         finally:
+            self._trackers.pop(entry.key, None)
             if self.receiver.inflight.get(entry.prediction_id) is inflight:
                 del self.receiver.inflight[entry.prediction_id]
+        if not acked:  # offered again later, if it is still pending for this director then
+            later = asyncio.get_running_loop().time() + self.settings.retry_interval
+            self.retries.add(entry.stream, entry.id, later, entry.prediction_id)
+
+    async def _claim(self, entry: Entry) -> RowMapping | bool:
+        """Claim the entry's prediction: its row, or whether to ack the entry without a run.
+
+        Taken when unclaimed, claimed by this director's name before, or claimed by a director
+        that is no longer alive; one running on a live director is left alone, and this
+        duplicate entry dropped (that director's own entry and the reconciler cover the rest).
+        """
+        prediction_id = entry.prediction_id
+        row = await store.claim(self.engine, prediction_id, self.consumer)
+        if row is not None:
+            return row
+        current = await store.get(self.engine, prediction_id)
+        if current is None or Status(current["status"]).is_terminal:
+            await self._ensure_done(current)
+            return True
+        owner: str | None = current["claim_owner"]
+        if owner is not None and await self.queue.is_alive(owner):
+            log.info(
+                "%s is running on live director %s: dropping duplicate entry %s of %s",
+                prediction_id,
+                owner,
+                entry.id,
+                entry.stream,
+            )
+            return True
+        takeable = (owner,) if owner is not None else ()
+        row = await store.claim(self.engine, prediction_id, self.consumer, takeable)
+        return row if row is not None else False  # changed hands meanwhile: look again later
 
     async def _process(self, entry: Entry, inflight: Inflight) -> bool:
         """Returns True when the entry may be acknowledged (its prediction is terminal)."""
-        row = await store.claim(self.engine, entry.prediction_id, self.consumer)
-        if row is None:
-            await self._ensure_done(entry.prediction_id)
-            return True
+        claimed = await self._claim(entry)
+        if isinstance(claimed, bool):
+            return claimed
+        row = claimed
         inflight.attempt = row["attempt"]
         if row["attempt"] > 1:
             log.info(
@@ -285,17 +361,26 @@ class Director:
         tracker = AttemptTracker(
             self.engine,
             row,
-            await self.outbound.publishing(row),
+            await self._publishing(entry, row),
             self.settings.flush_interval,
             hardware=self.monitor.hardware,
         )
+        self._trackers[entry.key] = tracker
         if row["cancel_requested"] or inflight.cancel.is_set():
             return await self._settled(tracker, await tracker.finish(Status.CANCELED))
         if row["status"] == Status.PROCESSING.value:
-            rerun = await self._interrupted(tracker, row)
+            rerun = await self._rerun(row)
             if rerun is None:
-                return await self._settled(tracker, True)
+                tracker.status = Status.PROCESSING
+                failed = await tracker.finish(Status.FAILED, error=INTERRUPTED)
+                return await self._settled(tracker, failed)
+            tracker.state.update(rerun)
             row = rerun
+        return await self._execute(entry, inflight, tracker, row)
+
+    async def _execute(
+        self, entry: Entry, inflight: Inflight, tracker: AttemptTracker, row: RowMapping
+    ) -> bool:
         deadline = row["deadline"]
         if deadline is not None and deadline <= datetime.now(UTC):
             return await self._settled(tracker, await tracker.finish(Status.ABORTED))
@@ -316,40 +401,77 @@ class Director:
         )
         return await self._settled(tracker, await execution.run(row["input"]))
 
-    async def _ensure_done(self, prediction_id: str) -> None:
+    async def _publishing(self, entry: Entry, row: RowMapping) -> Publishing:
+        publishing = await self.outbound.publishing(row)
+        publishing.events = _AttemptEvents(publishing.events, lambda: self._still_ours(entry))
+        return publishing
+
+    async def _still_ours(self, entry: Entry) -> bool:
+        """Whether this attempt may still publish. After a stall (no heartbeat for half the
+        visibility timeout) another director may have taken over: heartbeat first."""
+        inflight = self.receiver.inflight.get(entry.prediction_id)
+        if inflight is None or inflight.lost:
+            return False
+        now = asyncio.get_running_loop().time()
+        if self.renew_lease is not None and now - self.lease_renewed > self._lease_span:
+            await self.renew_lease()
+        return not inflight.lost
+
+    @property
+    def _lease_span(self) -> float:
+        return self.settings.visibility_timeout / 2
+
+    def mark_lost(self, key: tuple[str, str], why: str) -> None:
+        """This attempt no longer owns its prediction: stop it, and let it publish nothing."""
+        entry = self.inflight.get(key)
+        inflight = self.receiver.inflight.get(entry.prediction_id) if entry else None
+        if entry is None or inflight is None or inflight.lost:
+            return
+        inflight.lost = True
+        tracker = self._trackers.get(key)
+        if tracker is not None:
+            tracker.fenced = True
+            if tracker.publishing.webhooks is not None:
+                tracker.publishing.webhooks.close()
+        log.warning(
+            "attempt %s of %s no longer owns it (%s): stopping",
+            inflight.attempt,
+            entry.prediction_id,
+            why,
+        )
+
+    async def _ensure_done(self, row: RowMapping | None) -> None:
         """A terminal prediction whose entry is still here: its director died after the commit
         and before the ack, maybe before publishing ``done``. Publish it, once."""
+        if row is None or not Status(row["status"]).is_terminal:
+            return
+        prediction_id = row["id"]
         events = self.outbound.events
         if await events.is_done(prediction_id):
-            return
-        row = await store.get(self.engine, prediction_id)
-        if row is None or not Status(row["status"]).is_terminal:
             return
         final = orjson.dumps(render_prediction(row, self.outbound.policy.public_url)).decode()
         await events.finish(prediction_id, row["status"], row["error"], final=final)
 
-    async def _interrupted(self, tracker: AttemptTracker, row: RowMapping) -> RowMapping | None:
-        """A run lost with its director: start it over if the deployment allows another run,
-        else fail it (terminal; returns None)."""
-        if row["runs"] < self.deployment.max_attempts:
-            rerun = await store.reset_for_rerun(self.engine, row["id"], row["attempt"])
-            if rerun is not None:
-                log.info("re-running %s (run %d)", row["id"], row["runs"] + 1)
-                tracker.state.update(rerun)
-                return rerun
-        tracker.status = Status.PROCESSING
-        await tracker.finish(Status.FAILED, error=INTERRUPTED)
-        return None
+    async def _rerun(self, row: RowMapping) -> RowMapping | None:
+        """A run lost with its director starts over if the deployment allows another run;
+        None when it does not (the caller fails it as interrupted)."""
+        if row["runs"] >= self.deployment.max_attempts:
+            return None
+        rerun = await store.reset_for_rerun(self.engine, row["id"], row["attempt"])
+        if rerun is not None:
+            log.info("re-running %s (run %d)", row["id"], row["runs"] + 1)
+        return rerun
 
     async def _dead_letter(self, entry: Entry, row: RowMapping) -> bool:
         reason = f"delivered {entry.deliveries} times without finishing"
         tracker = AttemptTracker(self.engine, row, await self.outbound.publishing(row))
         tracker.status = Status(row["status"])
-        await tracker.finish(
+        failed = await tracker.finish(
             Status.FAILED,
             error=f"prediction could not be run: {reason} (moved to the dead-letter queue)",
         )
-        await tracker.close()
+        if not await self._settled(tracker, failed):
+            return False  # another attempt owns it now: its entry is not poison for it
         await self.reclaimer.dead_letter(entry, reason)
         metrics.DEAD_LETTERED.inc()
         log.warning("dead-lettered %s from %s: %s", entry.prediction_id, entry.stream, reason)
@@ -359,11 +481,17 @@ class Director:
         log.warning("runner ignored a cancel: taking no work until its health check is READY")
         self.runner_suspect = True
 
-    async def _settled(self, tracker: AttemptTracker, written: object) -> bool:
+    async def _settled(self, tracker: AttemptTracker, written: RowMapping | None) -> bool:
+        """Whether the entry may be acknowledged: this attempt wrote a terminal state, or it
+        was fenced out and the prediction is terminal anyway."""
         await tracker.close()
         if written is not None:
             return True
-        # Fenced out: ack only if someone else already made it terminal.
+        log.info(
+            "attempt %d of %s no longer owns it: ended without writing a terminal state",
+            tracker.attempt,
+            tracker.prediction_id,
+        )
         row = await store.get(self.engine, tracker.prediction_id)
         return row is None or Status(row["status"]).is_terminal
 
@@ -399,3 +527,24 @@ class Director:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+class _AttemptEvents(EventLog):
+    """The event log as one attempt sees it: once the attempt has lost its prediction to
+    another director it appends nothing more but its own terminal events (which only follow a
+    terminal write that won in Postgres)."""
+
+    def __init__(self, events: EventLog, still_ours: Callable[[], Awaitable[bool]]) -> None:
+        super().__init__(events.redis, events.retention)
+        self._still_ours = still_ours
+
+    async def append(
+        self,
+        prediction_id: str,
+        events: Sequence[tuple[EventType, str]],
+        final: str | None = None,
+    ) -> None:
+        terminal = any(kind is EventType.DONE for kind, _ in events)
+        if events and not terminal and not await self._still_ours():
+            return
+        await super().append(prediction_id, events, final)

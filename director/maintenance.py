@@ -1,8 +1,12 @@
 """A director's periodic work beside its read loop: heartbeats, reclaiming, stream upkeep.
 
 - Heartbeat: marks the director alive (``director:alive:<id>``) and refreshes the idle time of
-  the entries it runs; an entry found pending for another director means this one was
-  presumed dead and its work reclaimed, so that prediction is dropped here.
+  the entries it runs. An entry found pending for another director means this one was
+  presumed dead and its work reclaimed; one pending for nobody was acknowledged by whoever
+  finished it (or lost with Redis's data), and Postgres tells which: if the prediction's
+  attempt is no longer this one's, another director took over. Either way the attempt is
+  dropped here and publishes nothing more. The alive key lives no longer than the visibility
+  timeout, so by the time an entry can be reclaimed its director no longer looks alive.
 - Claimer: takes over entries idle past the visibility timeout (their director died or hangs),
   removes long-idle consumers with nothing pending, retires drained streams of an old layout,
   and exports queue length and pending count.
@@ -15,10 +19,12 @@ import contextlib
 import logging
 
 from redis.exceptions import RedisError
+from sqlalchemy.exc import DBAPIError
 
 from director import metrics
 from director.director import Director
 from director.queue import alive_key
+from tracker import store
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +34,12 @@ class Maintenance:
         self.director = director
         self.settings = director.settings
         self._tasks: list[asyncio.Task[None]] = []
+        self._beat: asyncio.Future[None] | None = None
 
     def start(self) -> None:
+        self.director.renew_lease = self.renew
         self._tasks = [
-            asyncio.create_task(self._every(self.settings.heartbeat_every, self.heartbeat)),
+            asyncio.create_task(self._every(self.settings.heartbeat_every, self.renew)),
             asyncio.create_task(self._every(self.settings.claim_interval, self.claim)),
         ]
 
@@ -47,23 +55,45 @@ class Maintenance:
         while True:
             try:
                 await work()
-            except (RedisError, OSError) as error:
+            except (RedisError, DBAPIError, OSError) as error:
                 log.debug("%s skipped: %r", getattr(work, "__name__", work), error)
             await asyncio.sleep(seconds)
 
+    async def renew(self) -> None:
+        """Heartbeat now, or wait for the heartbeat already under way."""
+        if self._beat is None or self._beat.done():
+            self._beat = asyncio.ensure_future(self.heartbeat())
+        await asyncio.shield(self._beat)
+
     async def heartbeat(self) -> None:
         director = self.director
-        ttl_ms = int(max(self.settings.heartbeat_every * 3, 5) * 1000)
-        await director.redis.set(alive_key(director.consumer), "1", px=ttl_ms)
+        began = asyncio.get_running_loop().time()
+        settings = self.settings
+        ttl = min(max(settings.heartbeat_every * 3, 5), settings.visibility_timeout)
+        await director.redis.set(alive_key(director.consumer), "1", px=int(ttl * 1000))
         entries = [(entry.stream, entry.id) for entry in director.inflight.values()]
         metrics.INFLIGHT.set(len(entries))
         if not entries:
+            director.lease_renewed = began
             return
-        for _stream, entry_id in await director.reclaimer.heartbeat(entries):
-            entry = director.inflight.get(entry_id)
-            target = director.receiver.inflight.get(entry.prediction_id) if entry else None
-            if target is not None:
-                target.lost = True
+        beat = await director.reclaimer.heartbeat(entries)
+        for key in beat.lost:
+            director.mark_lost(key, "another director holds its queue entry")
+        for key in beat.unowned:
+            await self._check_attempt(key)
+        director.lease_renewed = began
+
+    async def _check_attempt(self, key: tuple[str, str]) -> None:
+        """An entry pending for nobody: the run is still this director's only if the
+        prediction's attempt in Postgres is still the one it claimed."""
+        director = self.director
+        entry = director.inflight.get(key)
+        target = director.receiver.inflight.get(entry.prediction_id) if entry else None
+        if entry is None or target is None or target.attempt is None:
+            return  # not claimed yet, or already over
+        row = await store.get(director.engine, entry.prediction_id)
+        if row is None or row["attempt"] != target.attempt:
+            director.mark_lost(key, "another attempt took it over")
 
     async def claim(self) -> None:
         director = self.director

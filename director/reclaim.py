@@ -1,7 +1,8 @@
 """Ownership of queue entries over time: heartbeats, reclaiming from the dead, dead letters.
 
 A live director refreshes the idle time of the entries it is running (a conditional XCLAIM to
-itself: only entries still pending *for it*, so a resumed zombie never steals one back). Entries
+itself: only entries still pending *for it*, so a resumed zombie never steals one back), and
+offers itself again only the entries that failed here (``Retries``), never one it runs. Entries
 idle past the visibility timeout belong to a dead or stuck consumer and are XAUTOCLAIMed by any
 director reading the stream. An entry delivered more than ``max_deliveries`` times is moved to
 ``dead:<stream>``. Consumers with nothing pending that have been idle long are removed.
@@ -10,7 +11,7 @@ director reading the stream. An entry delivered more than ``max_deliveries`` tim
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.asyncio import Redis
@@ -19,23 +20,44 @@ from director.queue import GROUP, Entry, Queue, _text, dead_letter_stream
 
 # For each entry id: if it is still pending for this consumer, reset its idle time (XCLAIM to
 # self with JUSTID, which does not count as a delivery); if another consumer holds it now,
-# report it lost. An entry pending for nobody (Redis lost it) is left alone: the run goes on,
-# and its final ack is a no-op.
+# report it lost; if it is pending for nobody (the winner of a race already acknowledged it,
+# or Redis lost it), report it unowned: only Postgres can tell whether the run is still ours.
 _HEARTBEAT = """
 local lost = {}
+local unowned = {}
 for i, id in ipairs(ARGV) do
   if i > 2 then
     local info = redis.call('XPENDING', KEYS[1], ARGV[2], id, id, 1)
-    if #info == 1 then
-      if info[1][2] == ARGV[1] then
-        redis.call('XCLAIM', KEYS[1], ARGV[2], ARGV[1], 0, id, 'JUSTID')
-      else
-        table.insert(lost, id)
-      end
+    if #info == 0 then
+      table.insert(unowned, id)
+    elseif info[1][2] == ARGV[1] then
+      redis.call('XCLAIM', KEYS[1], ARGV[2], ARGV[1], 0, id, 'JUSTID')
+    else
+      table.insert(lost, id)
     end
   end
 end
-return lost
+return {lost, unowned}
+"""
+
+# Offer entries pending for this consumer to it again: XCLAIM to self, which counts a delivery
+# (so an entry that keeps failing reaches the dead-letter stream). Entries another consumer took
+# meanwhile are left to it; entries deleted while pending are dropped from the PEL.
+_REOFFER = """
+local offered = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local info = redis.call('XPENDING', KEYS[1], ARGV[2], id, id, 1)
+  if #info == 1 and info[1][2] == ARGV[1] then
+    local claimed = redis.call('XCLAIM', KEYS[1], ARGV[2], ARGV[1], 0, id)
+    if type(claimed[1]) == 'table' then
+      table.insert(offered, {id, info[1][4] + 1, claimed[1][2]})
+    else
+      redis.call('XACK', KEYS[1], ARGV[2], id)
+    end
+  end
+end
+return offered
 """
 
 
@@ -55,6 +77,47 @@ return 0
 """
 
 
+@dataclass(slots=True)
+class Heartbeat:
+    """(stream, entry id) pairs a heartbeat found not pending for this director."""
+
+    #: Pending for another director: this one was presumed dead and its entry reclaimed.
+    lost: set[tuple[str, str]] = field(default_factory=set)
+    #: Pending for nobody: acknowledged by whoever finished it, or lost with Redis's data.
+    unowned: set[tuple[str, str]] = field(default_factory=set)
+
+
+class Retries:
+    """Entries pending for this director that it offers itself again, each not before a time.
+
+    Only these are re-delivered: an entry running here is never re-read (a re-read counts a
+    delivery, and a long healthy run would drift toward the dead-letter stream).
+    """
+
+    def __init__(self) -> None:
+        self._due: dict[tuple[str, str], tuple[float, str | None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def add(self, stream: str, entry_id: str, at: float, prediction_id: str | None = None) -> None:
+        known = self._due.get((stream, entry_id))
+        if prediction_id is None and known is not None:
+            prediction_id = known[1]
+        self._due[(stream, entry_id)] = (at, prediction_id)
+
+    def __contains__(self, key: tuple[str, str]) -> bool:
+        return key in self._due
+
+    def discard(self, stream: str, entry_id: str) -> None:
+        self._due.pop((stream, entry_id), None)
+
+    def due(self, now: float) -> list[tuple[str, str, str | None]]:
+        """(stream, entry id, prediction id if known) of entries due by ``now``, oldest first."""
+        ready = sorted((at, key, pid) for key, (at, pid) in self._due.items() if at <= now)
+        return [(stream, entry_id, pid) for _, (stream, entry_id), pid in ready]
+
+
 @dataclass(frozen=True, slots=True)
 class StreamStats:
     stream: str
@@ -69,17 +132,30 @@ class Reclaimer:
         self.consumer = consumer
         self._heartbeat = self.redis.register_script(_HEARTBEAT)
         self._forget = self.redis.register_script(_FORGET_IF_IDLE)
+        self._reoffer = self.redis.register_script(_REOFFER)
 
-    async def heartbeat(self, entries: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Refresh ownership of (stream, entry id) pairs; returns those another director holds."""
+    async def heartbeat(self, entries: Sequence[tuple[str, str]]) -> Heartbeat:
+        """Refresh ownership of (stream, entry id) pairs; reports those that are not ours."""
         by_stream: dict[str, list[str]] = {}
         for stream, entry_id in entries:
             by_stream.setdefault(stream, []).append(entry_id)
-        lost: set[tuple[str, str]] = set()
+        beat = Heartbeat()
         for stream, ids in by_stream.items():
             reply: Any = await self._heartbeat(keys=[stream], args=[self.consumer, GROUP, *ids])
-            lost.update((stream, _text(entry_id)) for entry_id in reply)
-        return lost
+            lost, unowned = reply
+            beat.lost.update((stream, _text(entry_id)) for entry_id in lost)
+            beat.unowned.update((stream, _text(entry_id)) for entry_id in unowned)
+        return beat
+
+    async def reoffer(self, stream: str, ids: Sequence[str]) -> list[Entry]:
+        """Deliver entries pending for this consumer to it again (counted as a delivery)."""
+        reply: Any = await self._reoffer(keys=[stream], args=[self.consumer, GROUP, *ids])
+        entries = []
+        for entry_id, deliveries, flat in reply:
+            fields = dict(zip(flat[::2], flat[1::2], strict=True))
+            if b"id" in fields:
+                entries.append(Entry(stream, _text(entry_id), _text(fields[b"id"]), deliveries))
+        return entries
 
     async def autoclaim(self, stream: str, min_idle_ms: int, count: int) -> list[Entry]:
         """Take over entries idle past ``min_idle_ms`` from other consumers."""

@@ -4,7 +4,8 @@ Two holes it closes. The api commits a prediction and dies before its XADD; Redi
 without its data (every stream and consumer group gone). Each pass, one director per target
 (a Redis lock) lists the target's unfinished predictions older than ``reconcile_after`` and
 re-enqueues those found in none of its streams. A ``processing`` one is re-enqueued only when
-its director shows no sign of life; re-enqueuing is safe anyway, because claims are fenced.
+its director shows no sign of life; re-enqueuing is safe anyway: a director that reads the
+copy of a prediction a live director runs acknowledges it and changes nothing.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from director import metrics
 from director.director import Director
-from director.queue import Target, alive_key, reconcile_lock_key
+from director.queue import Target, reconcile_lock_key
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ class Reconciler:
         return requeued
 
     async def _alive(self, owner: str | None) -> bool:
-        return bool(owner) and bool(await self.director.redis.exists(alive_key(owner or "")))
+        return owner is not None and await self.director.queue.is_alive(owner)
 
     async def _queued_ids(self, target: Target) -> set[str]:
         prefix = target.stream(0).rsplit(":", 1)[0] + ":"

@@ -37,9 +37,11 @@ async def _new_prediction(engine: AsyncEngine) -> str:
 async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngine) -> None:
     pid = await _new_prediction(engine)
     first = await store.claim(engine, pid, "director-a")
-    second = await store.claim(engine, pid, "director-b")
+    # director-a was found dead: director-b may take its prediction over.
+    second = await store.claim(engine, pid, "director-b", takeable=("director-a",))
     assert first is not None and second is not None
     assert (first["attempt"], second["attempt"]) == (1, 2)
+    assert second["claim_owner"] == "director-b"
 
     # The first claimer is stale now: none of its writes land.
     assert await store.mark_processing(engine, pid, 1) is None
@@ -53,6 +55,21 @@ async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngin
     assert done is not None
     assert done["status"] == "succeeded" and done["output"] == ["a", "b"]
     assert done["metrics"]["predict_time"] == 0.5 and done["metrics"]["total_time"] >= 0
+
+
+async def test_a_live_owners_claim_is_not_taken(engine: AsyncEngine) -> None:
+    pid = await _new_prediction(engine)
+    claimed = await store.claim(engine, pid, "director-a")
+    assert claimed is not None and claimed["attempt"] == 1
+    # A duplicate delivery elsewhere while director-a lives: nothing changes.
+    assert await store.claim(engine, pid, "director-b") is None
+    assert await store.claim(engine, pid, "director-b", takeable=("director-c",)) is None
+    row = await store.get(engine, pid)
+    assert row is not None and (row["attempt"], row["claim_owner"]) == (1, "director-a")
+    assert await store.mark_processing(engine, pid, 1) is not None  # its run goes on
+    # The same director, restarted under its name, claims its own prediction again.
+    again = await store.claim(engine, pid, "director-a")
+    assert again is not None and again["attempt"] == 2
 
 
 async def test_exactly_one_terminal_state(engine: AsyncEngine) -> None:
