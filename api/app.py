@@ -7,6 +7,7 @@ stores them, queues them and reports on them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -23,6 +24,8 @@ from director.queue import connect as connect_redis
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.group_commit import Batcher
+from tracker.store import insert_predictions
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
 
@@ -44,11 +47,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
             events=EventLog(redis, settings.events_retention),
             webhooks=policy,
             dispatcher=dispatcher,
+            new_predictions=Batcher(functools.partial(insert_predictions, engine)),
         )
         dispatcher.start()
         try:
             yield
         finally:
+            await app.state.resources.new_predictions.close()
             await dispatcher.stop()
             await webhook_session.close()
             await redis.aclose()

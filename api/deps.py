@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from redis.asyncio import Redis
+from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.cache import Catalog
@@ -16,6 +17,8 @@ from director.queue import Queue
 from tracker.catalog import AccountInfo
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.group_commit import Batcher
+from tracker.store import NewPrediction
 from tracker.webhooks import WebhookPolicy
 
 
@@ -31,6 +34,8 @@ class Resources:
     events: EventLog
     webhooks: WebhookPolicy
     dispatcher: Dispatcher
+    #: Group commit of new predictions (:func:`tracker.store.insert_predictions`).
+    new_predictions: Batcher[NewPrediction, RowMapping]
 
     def base_url(self, request: Request) -> str:
         if self.settings.public_url:

@@ -22,7 +22,6 @@ from api.validation import check_input
 from director.queue import Target
 from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
-from tracker.db import autocommit
 from tracker.ids import new_prediction_id
 from tracker.priority import Priority
 from tracker.render import render_prediction
@@ -153,8 +152,7 @@ async def create(
         priority=priority.value if priority is not None else None,
     )
     if idempotency is None:
-        async with autocommit(resources.engine).connect() as conn:  # one statement: atomic
-            row, replayed = await store.insert_prediction(conn, new), False
+        row, replayed = await resources.new_predictions.submit(new), False
     else:
         async with resources.engine.begin() as conn:
             row, replayed = await idempotency.insert_once(conn, new)

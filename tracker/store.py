@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from sqlalchemy import (
     Float,
-    String,
     Table,
     and_,
     case,
@@ -27,11 +26,12 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from tracker.batch_writes import Claim, Finish, Start, state_writes
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
-from tracker.states import Status, sources_of
+from tracker.states import Status
 from tracker.tables import IdempotencyKey, Prediction, UsageRecord
-from tracker.usage import CPU, UNKNOWN_HARDWARE, RunnerTimes
+from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 predictions = cast(Table, Prediction.__table__)
 usage_records = cast(Table, UsageRecord.__table__)
@@ -57,7 +57,21 @@ class NewPrediction:
 
 
 async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMapping:
-    values = {
+    result = await conn.execute(insert(predictions).values(_values(new)).returning(predictions))
+    row: RowMapping = result.mappings().one()
+    return row
+
+
+async def insert_predictions(engine: AsyncEngine, news: list[NewPrediction]) -> list[RowMapping]:
+    """Several new predictions in one statement (atomic); their rows, in the order given."""
+    statement = insert(predictions).returning(predictions, sort_by_parameter_order=True)
+    async with autocommit(engine).connect() as conn:
+        result = await conn.execute(statement, [_values(new) for new in news])
+        return list(result.mappings().all())
+
+
+def _values(new: NewPrediction) -> dict[str, Any]:
+    return {
         "id": new.id,
         "account_id": new.account_id,
         "model": new.model,
@@ -72,9 +86,6 @@ async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMap
         "source": new.source,
         "priority": new.priority,
     }
-    result = await conn.execute(insert(predictions).values(values).returning(predictions))
-    row: RowMapping = result.mappings().one()
-    return row
 
 
 async def try_xact_lock(conn: AsyncConnection, lock_id: int) -> bool:
@@ -211,35 +222,24 @@ def _metrics_sql(times: RunnerTimes | None) -> Any:
     return func.jsonb_build_object(*pairs, "total_time", total)
 
 
-async def claim(engine: AsyncEngine, id: str, owner: str) -> RowMapping | None:
+async def claim(
+    engine: AsyncEngine, id: str, owner: str, takeable: tuple[str, ...] = ()
+) -> RowMapping | None:
     """Take ownership of an unfinished prediction for a new attempt.
 
-    Returns the row after the claim (with the new attempt number), or None when the prediction
-    is unknown or already terminal.
+    Only a prediction nobody claimed yet, one ``owner`` claimed before (a restarted director
+    keeps its name), or one whose owner is in ``takeable`` (the caller found that director
+    dead) is taken: a duplicate delivery must not fence out a live director's run. Returns the
+    row after the claim (with the new attempt number), or None when the prediction is unknown,
+    already terminal, or held by another owner.
     """
-    c = predictions.c
-    statement = (
-        update(predictions)
-        .where(c.id == id, c.status.in_(_UNFINISHED))
-        .values(attempt=c.attempt + 1, claim_owner=owner)
-        .returning(predictions)
-    )
-    async with autocommit(engine).connect() as conn:
-        row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
-    return row
+    return await state_writes(engine).claims.submit(Claim(id, owner, takeable))
 
 
 async def mark_processing(engine: AsyncEngine, id: str, attempt: int) -> RowMapping | None:
-    c = predictions.c
-    statement = (
-        update(predictions)
-        .where(c.id == id, c.attempt == attempt, c.status == Status.STARTING.value)
-        .values(status=Status.PROCESSING.value, started_at=func.now(), runs=c.runs + 1)
-        .returning(c.started_at, c.cancel_requested)
-    )
-    async with autocommit(engine).connect() as conn:
-        row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
-    return row
+    """``starting`` → ``processing`` for this attempt; the row's ``started_at`` and
+    ``cancel_requested``, or None when fenced out. Grouped with concurrent starts."""
+    return await state_writes(engine).starts.submit(Start(id, attempt))
 
 
 async def save_progress(engine: AsyncEngine, id: str, attempt: int, output: Any, logs: str) -> bool:
@@ -272,72 +272,18 @@ async def finish(
     into the usage record. With ``webhook_base_url``, the ``completed`` webhook is recorded in
     the same transaction.
     """
-    c = predictions.c
-    values: dict[str, Any] = {
-        "status": status.value,
-        "error": error,
-        "completed_at": func.now(),
-        "metrics": _metrics_sql(times),
-    }
-    if status is Status.SUCCEEDED:
-        # The runner's start webhook may arrive after its terminal one (coglet sends them
-        # fire-and-forget); a success still ran, so it has a start time.
-        values["started_at"] = func.coalesce(c.started_at, func.now())
-    if output is not None:
-        values["output"] = output
-    if logs is not None:
-        values["logs"] = logs
-    terminal = (
-        update(predictions)
-        .where(c.id == id, c.attempt == attempt, c.status.in_(sources_of(status)))
-        .values(values)
-        .returning(predictions)
+    write = Finish(
+        id,
+        attempt,
+        status,
+        output,
+        logs,
+        error,
+        times or RunnerTimes(),
+        hardware,
+        webhook_base_url,
     )
-    statement = _with_usage(terminal, status, times or RunnerTimes(), hardware)
-    if webhook_base_url is None:
-        async with autocommit(engine).connect() as conn:
-            row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
-        return row
-    async with engine.begin() as conn:
-        row = (await conn.execute(statement)).mappings().one_or_none()
-        if row is not None:
-            await enqueue_completed(conn, row, webhook_base_url)
-    return row
-
-
-def _with_usage(terminal: Any, status: Status, times: RunnerTimes, hardware: str) -> Any:
-    """The terminal UPDATE and its usage record as one statement (a data-modifying CTE): one
-    round trip, and no terminal state without its usage row."""
-    done = terminal.cte("done")
-    # A runner that did not report predict_time is charged the wall clock since the start.
-    ran = func.coalesce(
-        literal(times.predict_time, Float),
-        func.extract("epoch", func.now() - done.c.started_at),
-        0.0,
-    )
-    billable = literal(0.0, Float) if status is Status.ABORTED else ran
-    cpu_time = billable if hardware == CPU else literal(0.0, Float)
-    gpu_time = times.gpu_time
-    if gpu_time is None and hardware == CPU:
-        gpu_time = 0.0  # a CPU runner used no GPU, whether or not it said so
-    columns = {
-        "prediction_id": done.c.id,
-        "account_id": done.c.account_id,
-        "model": done.c.model,
-        "version_id": done.c.version_id,
-        "deployment": done.c.deployment,
-        "status": done.c.status,
-        "hardware": literal(hardware, String),
-        "predict_time": ran,
-        "billable_seconds": billable,
-        "cpu_time": cpu_time,
-        "gpu_time": literal(gpu_time, Float),
-        "queue_wait_time": literal(times.queue_wait_time, Float),
-    }
-    record = (
-        insert(usage_records).from_select(list(columns), select(*columns.values())).cte("usage")
-    )
-    return select(done).add_cte(record)
+    return await state_writes(engine).finishes.submit(write)
 
 
 async def cancel_requested(engine: AsyncEngine, id: str) -> bool:

@@ -1,0 +1,156 @@
+"""Grouped starts and ends against the real Postgres: every caller keeps its own fence."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tracker import catalog, store
+from tracker.batch_writes import _unique_rounds
+from tracker.group_commit import Batcher
+from tracker.ids import new_prediction_id
+from tracker.states import Status
+from tracker.usage import CPU, RunnerTimes
+
+SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
+
+
+async def _claimed(engine: AsyncEngine, count: int) -> list[str]:
+    account, _ = await catalog.create_account(engine, f"batch-{uuid.uuid4().hex[:8]}")
+    version = await catalog.create_version(engine, "batch", "model", SCHEMA, None)
+    news = [
+        store.NewPrediction(
+            id=new_prediction_id(),
+            account_id=account.id,
+            model="batch/model",
+            version_id=version,
+            deployment_id=None,
+            deployment=None,
+            input={"i": i},
+            webhook=None,
+            webhook_events_filter=None,
+            stream="vp-" + version,
+        )
+        for i in range(count)
+    ]
+    rows = await store.insert_predictions(engine, news)
+    assert [row["id"] for row in rows] == [new.id for new in news]  # the order given
+    assert [row["input"] for row in rows] == [{"i": i} for i in range(count)]
+    for new in news:
+        assert await store.claim(engine, new.id, "director-a") is not None
+    return [new.id for new in news]
+
+
+async def test_concurrent_ends_each_get_their_own_row(engine: AsyncEngine) -> None:
+    ids = await _claimed(engine, 40)
+    started = await asyncio.gather(*(store.mark_processing(engine, pid, 1) for pid in ids))
+    assert all(row is not None and row["started_at"] is not None for row in started)
+    # Half of them are written by a stale attempt: those must all lose, the rest all win.
+    finished = await asyncio.gather(
+        *(
+            store.finish(
+                engine,
+                pid,
+                1 if i % 2 == 0 else 7,
+                Status.SUCCEEDED,
+                output=[f"out-{i}"],
+                logs=f"log {i}\n",
+                times=RunnerTimes(predict_time=0.25, queue_wait_time=0.01),
+                hardware=CPU,
+            )
+            for i, pid in enumerate(ids)
+        )
+    )
+    for i, (pid, row) in enumerate(zip(ids, finished, strict=True)):
+        if i % 2:
+            assert row is None
+            continue
+        assert row is not None and row["id"] == pid
+        assert row["status"] == "succeeded" and row["output"] == [f"out-{i}"]
+        assert row["logs"] == f"log {i}\n"
+        assert row["metrics"]["predict_time"] == 0.25 and row["metrics"]["total_time"] >= 0
+    async with engine.connect() as conn:
+        usage = dict(
+            (
+                await conn.execute(
+                    text(
+                        "SELECT prediction_id, billable_seconds FROM usage_records "
+                        "WHERE prediction_id = ANY(:ids)"
+                    ),
+                    {"ids": ids},
+                )
+            ).all()
+        )
+    assert usage == {pid: 0.25 for i, pid in enumerate(ids) if i % 2 == 0}
+
+
+async def test_a_second_end_for_the_same_prediction_is_fenced(engine: AsyncEngine) -> None:
+    (pid,) = await _claimed(engine, 1)
+    first, second = await asyncio.gather(
+        store.finish(engine, pid, 1, Status.FAILED, error="first"),
+        store.finish(engine, pid, 1, Status.CANCELED),
+    )
+    assert (first is None) != (second is None)  # exactly one terminal state
+    row = await store.get(engine, pid)
+    assert row is not None and row["status"] in ("failed", "canceled")
+
+
+async def test_output_left_alone_unless_given(engine: AsyncEngine) -> None:
+    (pid,) = await _claimed(engine, 1)
+    assert await store.mark_processing(engine, pid, 1) is not None
+    assert await store.save_progress(engine, pid, 1, ["kept"], "so far\n")
+    row = await store.finish(engine, pid, 1, Status.CANCELED)
+    assert row is not None and row["output"] == ["kept"] and row["logs"] == "so far\n"
+    assert row["started_at"] is not None and row["completed_at"] is not None
+
+
+def test_rounds_never_name_a_prediction_twice() -> None:
+    assert _unique_rounds(["a", "b", "a", "c", "a"]) == [[0, 1, 3], [2], [4]]
+    assert _unique_rounds([]) == []
+
+
+async def test_batcher_groups_while_a_write_is_in_flight() -> None:
+    batches: list[list[int]] = []
+    writing, release = asyncio.Event(), asyncio.Event()
+
+    async def write(items: list[int]) -> list[int]:
+        batches.append(items)
+        writing.set()
+        if len(batches) == 1:
+            await release.wait()
+        return [item * 10 for item in items]
+
+    batcher: Batcher[int, int] = Batcher(write)
+    first = asyncio.ensure_future(batcher.submit(1))
+    await writing.wait()
+    rest = [asyncio.ensure_future(batcher.submit(n)) for n in (2, 3, 4)]
+    release.set()
+    assert await first == 10 and await asyncio.gather(*rest) == [20, 30, 40]
+    assert batches == [[1], [2, 3, 4]]
+
+
+async def test_batcher_gives_each_caller_the_error() -> None:
+    async def write(items: list[int]) -> list[int]:
+        raise RuntimeError("down")
+
+    batcher: Batcher[int, int] = Batcher(write)
+    results = await asyncio.gather(batcher.submit(1), batcher.submit(2), return_exceptions=True)
+    assert all(isinstance(result, RuntimeError) for result in results)
+
+
+async def test_a_bad_item_fails_only_its_own_caller() -> None:
+    writes: list[list[int]] = []
+
+    async def write(items: list[int]) -> list[int]:
+        writes.append(items)
+        if 13 in items:
+            raise ValueError("unlucky")
+        return [item * 10 for item in items]
+
+    batcher: Batcher[int, int] = Batcher(write)
+    results = await asyncio.gather(*(batcher.submit(n) for n in (1, 13, 2)), return_exceptions=True)
+    assert results[0] == 10 and results[2] == 20 and isinstance(results[1], ValueError)
+    assert writes == [[1, 13, 2], [1], [13], [2]]  # the failed batch, then each on its own

@@ -1,0 +1,225 @@
+"""The director's hot state writes, grouped: many predictions' claims, starts or ends in one
+statement.
+
+A director running dozens of predictions at once would otherwise pay one pool checkout and one
+round trip per start and per end. Here concurrent calls share a statement through
+:class:`tracker.group_commit.Batcher`; the rows travel as one JSON parameter
+(``jsonb_to_recordset``), and every row keeps its own fence: a row is written only if it still
+has the attempt and a status its write may leave. Callers see exactly what the one-row
+statements gave them: their row, or None when they were fenced out.
+
+A terminal write also inserts the usage record (same statement) and, for predictions that want
+it, the ``completed`` webhook (same transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import orjson
+from sqlalchemy import Table, text
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from tracker.db import autocommit
+from tracker.deliveries import enqueue_completed
+from tracker.group_commit import Batcher
+from tracker.states import Status, sources_of
+from tracker.tables import Prediction
+from tracker.usage import CPU, RunnerTimes
+
+predictions = cast(Table, Prediction.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    id: str
+    owner: str
+    #: Other owners whose claim may be taken over (found dead by the caller).
+    takeable: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    id: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    id: str
+    attempt: int
+    status: Status
+    output: Any
+    logs: str | None
+    error: str | None
+    times: RunnerTimes
+    hardware: str
+    webhook_base_url: str | None
+
+    def record(self) -> dict[str, Any]:
+        cpu = self.hardware == CPU
+        gpu_time = self.times.gpu_time
+        if gpu_time is None and cpu:
+            gpu_time = 0.0  # a CPU runner used no GPU, whether or not it said so
+        return {
+            "id": self.id,
+            "attempt": self.attempt,
+            "status": self.status.value,
+            "sources": list(sources_of(self.status)),
+            "set_output": self.output is not None,
+            "output": self.output,
+            "logs": self.logs,
+            "error": self.error,
+            "reported": self.times.public_metrics(),
+            "predict_time": self.times.predict_time,
+            "queue_wait_time": self.times.queue_wait_time,
+            "gpu_time": gpu_time,
+            "hardware": self.hardware,
+            "cpu": cpu,
+            "aborted": self.status is Status.ABORTED,
+        }
+
+
+_CLAIM = text(
+    """
+    UPDATE predictions AS p
+    SET attempt = p.attempt + 1, claim_owner = v.owner
+    FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, owner text, owners text[])
+    WHERE p.id = v.id AND p.status IN ('starting', 'processing')
+      AND (p.claim_owner IS NULL OR p.claim_owner = ANY(v.owners))
+    RETURNING p.*
+    """
+).columns(*predictions.c)
+
+_START = text(
+    """
+    UPDATE predictions AS p
+    SET status = 'processing', started_at = now(), runs = p.runs + 1
+    FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, attempt int)
+    WHERE p.id = v.id AND p.attempt = v.attempt AND p.status = 'starting'
+    RETURNING p.id, p.started_at, p.cancel_requested
+    """
+).columns(predictions.c.id, predictions.c.started_at, predictions.c.cancel_requested)
+
+_FINISH = text(
+    """
+    WITH v AS (
+      SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(
+        id text, attempt int, status text, sources text[], set_output boolean, output jsonb,
+        logs text, error text, reported jsonb, predict_time float8, queue_wait_time float8,
+        gpu_time float8, hardware text, cpu boolean, aborted boolean)
+    ), done AS (
+      UPDATE predictions AS p SET
+        status = v.status,
+        error = v.error,
+        completed_at = now(),
+        metrics = v.reported
+          || jsonb_build_object('total_time', extract(epoch FROM now() - p.created_at)),
+        -- The runner's start webhook may arrive after its terminal one (coglet sends them
+        -- fire-and-forget); a success still ran, so it has a start time.
+        started_at = CASE WHEN v.status = 'succeeded' THEN coalesce(p.started_at, now())
+                          ELSE p.started_at END,
+        output = CASE WHEN v.set_output THEN v.output ELSE p.output END,
+        logs = coalesce(v.logs, p.logs)
+      FROM v
+      WHERE p.id = v.id AND p.attempt = v.attempt AND p.status = ANY(v.sources)
+      RETURNING p.*
+    ), ran AS (
+      -- A runner that did not report predict_time is charged the wall clock since the start.
+      SELECT d.*, v.hardware, v.cpu, v.aborted, v.gpu_time AS reported_gpu_time,
+             v.queue_wait_time AS reported_queue_wait_time,
+             coalesce(v.predict_time, extract(epoch FROM now() - d.started_at)::float8, 0.0)
+               AS ran_seconds
+      FROM done AS d JOIN v ON v.id = d.id
+    ), usage AS (
+      INSERT INTO usage_records (prediction_id, account_id, model, version_id, deployment,
+        status, hardware, predict_time, billable_seconds, cpu_time, gpu_time, queue_wait_time)
+      SELECT id, account_id, model, version_id, deployment, status, hardware, ran_seconds,
+             CASE WHEN aborted THEN 0.0 ELSE ran_seconds END,
+             CASE WHEN cpu AND NOT aborted THEN ran_seconds ELSE 0.0 END,
+             reported_gpu_time, reported_queue_wait_time
+      FROM ran
+    )
+    SELECT * FROM done
+    """
+).columns(*predictions.c)
+
+
+def _unique_rounds(ids: Sequence[str]) -> list[list[int]]:
+    """Indexes split so that no round names a prediction twice (one UPDATE changes a row once)."""
+    rounds: list[list[int]] = []
+    seen: list[set[str]] = []
+    for index, id in enumerate(ids):
+        for number, names in enumerate(seen):
+            if id not in names:
+                names.add(id)
+                rounds[number].append(index)
+                break
+        else:
+            seen.append({id})
+            rounds.append([index])
+    return rounds
+
+
+async def _run_rounds(
+    conn: AsyncConnection, statement: Any, records: list[dict[str, Any]]
+) -> list[RowMapping | None]:
+    results: list[RowMapping | None] = [None] * len(records)
+    for indexes in _unique_rounds([record["id"] for record in records]):
+        batch = orjson.dumps([records[i] for i in indexes]).decode()
+        rows = (await conn.execute(statement, {"batch": batch})).mappings().all()
+        by_id = {row["id"]: row for row in rows}
+        for i in indexes:
+            results[i] = by_id.get(records[i]["id"])
+    return results
+
+
+class StateWrites:
+    """Grouped ``claim``, ``mark_processing`` and ``finish`` for one engine."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self.claims: Batcher[Claim, RowMapping | None] = Batcher(self._write_claims)
+        self.starts: Batcher[Start, RowMapping | None] = Batcher(self._write_starts)
+        self.finishes: Batcher[Finish, RowMapping | None] = Batcher(self._write_finishes)
+
+    async def _write_claims(self, items: list[Claim]) -> list[RowMapping | None]:
+        records = [
+            {"id": item.id, "owner": item.owner, "owners": [item.owner, *item.takeable]}
+            for item in items
+        ]
+        async with autocommit(self.engine).connect() as conn:
+            return await _run_rounds(conn, _CLAIM, records)
+
+    async def _write_starts(self, items: list[Start]) -> list[RowMapping | None]:
+        records = [{"id": item.id, "attempt": item.attempt} for item in items]
+        async with autocommit(self.engine).connect() as conn:
+            return await _run_rounds(conn, _START, records)
+
+    async def _write_finishes(self, items: list[Finish]) -> list[RowMapping | None]:
+        records = [item.record() for item in items]
+        if not any(item.webhook_base_url for item in items):
+            async with autocommit(self.engine).connect() as conn:
+                return await _run_rounds(conn, _FINISH, records)
+        async with self.engine.begin() as conn:
+            rows = await _run_rounds(conn, _FINISH, records)
+            for item, row in zip(items, rows, strict=True):
+                if row is not None and item.webhook_base_url:
+                    await enqueue_completed(conn, row, item.webhook_base_url)
+        return rows
+
+
+_WRITES: dict[tuple[int, int], StateWrites] = {}
+
+
+def state_writes(engine: AsyncEngine) -> StateWrites:
+    """The grouped writers of ``engine`` in the running event loop."""
+    key = (id(engine), id(asyncio.get_running_loop()))
+    found = _WRITES.get(key)
+    if found is None or found.engine is not engine:
+        found = _WRITES[key] = StateWrites(engine)
+    return found
