@@ -43,7 +43,9 @@ class Resources:
         return str(request.base_url).rstrip("/")
 
 
-def get_resources(request: Request) -> Resources:
+async def get_resources(request: Request) -> Resources:
+    # async on purpose: FastAPI runs a plain ``def`` dependency in a worker thread, a thread
+    # hand-off on every request for a dictionary lookup.
     resources: Resources = request.app.state.resources
     return resources
 
