@@ -14,7 +14,6 @@ it, the ``completed`` webhook (same transaction).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -26,7 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
-from tracker.group_commit import Batcher
+from tracker.group_commit import Batcher, shared
 from tracker.states import Status, sources_of
 from tracker.tables import Prediction
 from tracker.usage import CPU, RunnerTimes
@@ -213,13 +212,6 @@ class StateWrites:
         return rows
 
 
-_WRITES: dict[tuple[int, int], StateWrites] = {}
-
-
 def state_writes(engine: AsyncEngine) -> StateWrites:
     """The grouped writers of ``engine`` in the running event loop."""
-    key = (id(engine), id(asyncio.get_running_loop()))
-    found = _WRITES.get(key)
-    if found is None or found.engine is not engine:
-        found = _WRITES[key] = StateWrites(engine)
-    return found
+    return shared(engine, "state writes", lambda: StateWrites(engine))

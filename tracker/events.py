@@ -3,18 +3,22 @@
 Every change of a prediction is appended here in order: ``status`` (new status), ``output``
 (one chunk, as text), ``logs`` (new log text), ``error`` and ``done``. It is the one source
 for SSE and ``Prefer: wait``; the Redis entry id is the SSE event id, so ``Last-Event-ID``
-resumes exactly. A stream expires ``retention`` seconds after its ``done``.
+resumes exactly. A stream expires ``retention`` seconds after its ``done``. Appends that
+arrive together (many predictions at once) share one pipeline.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
+
+from tracker.group_commit import Batcher, shared
 
 DEFAULT_RETENTION = 3600
 
@@ -68,16 +72,15 @@ class EventLog:
     ) -> None:
         if not events:
             return
-        key = events_key(prediction_id)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for kind, data in events:
-                fields = {"type": kind.value, "data": data}
-                if kind is EventType.DONE and final is not None:
-                    fields["prediction"] = final
-                pipe.xadd(key, fields)  # type: ignore[arg-type]
-            if any(kind is EventType.DONE for kind, _ in events):
-                pipe.expire(key, self.retention)
-            await pipe.execute()
+        entries = []
+        for kind, data in events:
+            fields = {"type": kind.value, "data": data}
+            if kind is EventType.DONE and final is not None:
+                fields["prediction"] = final
+            entries.append(fields)
+        done = any(kind is EventType.DONE for kind, _ in events)
+        appends = _appends(self.redis)
+        await appends.submit(_Append(events_key(prediction_id), entries, done, self.retention))
 
     async def finish(
         self,
@@ -135,6 +138,31 @@ class EventLog:
             if len(entries) < page:
                 return False
             start = "(" + _text(entries[-1][0])
+
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    key: str
+    entries: list[dict[str, str]]
+    expire: bool
+    retention: int
+
+
+async def _write_appends(redis: Redis, appends: list[_Append]) -> list[None]:
+    """Many predictions' events in one pipeline: one round trip, and far less client work than a
+    pipeline each. Each prediction's events keep their order (a pipeline runs in order)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for append in appends:
+            for fields in append.entries:
+                pipe.xadd(append.key, fields)  # type: ignore[arg-type]
+            if append.expire:
+                pipe.expire(append.key, append.retention)
+        await pipe.execute()
+    return [None] * len(appends)
+
+
+def _appends(redis: Redis) -> Batcher[_Append, None]:
+    return shared(redis, "event appends", lambda: Batcher(functools.partial(_write_appends, redis)))
 
 
 def _text(value: bytes | str) -> str:

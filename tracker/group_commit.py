@@ -20,6 +20,19 @@ from typing import Generic, TypeVar, cast
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
+Shared = TypeVar("Shared")
+
+_SHARED: dict[tuple[int, str, int], tuple[object, object]] = {}
+
+
+def shared(owner: object, name: str, make: Callable[[], Shared]) -> Shared:
+    """One ``make()`` per ``owner`` (an engine, a Redis client), ``name`` and event loop: every
+    caller in a process must share it, or nothing is grouped."""
+    key = (id(owner), name, id(asyncio.get_running_loop()))
+    found = _SHARED.get(key)
+    if found is None or found[0] is not owner:
+        found = _SHARED[key] = (owner, make())
+    return cast(Shared, found[1])
 
 
 class Batcher(Generic[Item, Result]):
