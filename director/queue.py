@@ -21,6 +21,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ResponseError
 
+from tracker.group_commit import Batcher
+
 GROUP = "directors"
 CANCEL_CHANNEL = "cancel:predictions"
 SHARDS_PER_ACCOUNT = 2
@@ -147,6 +149,7 @@ class Queue:
         self.redis = redis
         self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
         self._read_in_turn = redis.register_script(_READ_IN_TURN_SCRIPT)
+        self._acks: Batcher[tuple[str, str], None] = Batcher(self._write_acks)
 
     async def enqueue(self, streams: Sequence[str], prediction_id: str) -> str:
         """Append to the shortest of ``streams``; returns the stream key used."""
@@ -218,11 +221,17 @@ class Queue:
         return {_text(item["message_id"]): int(item["times_delivered"]) for item in reply}
 
     async def ack(self, stream: str, entry_id: str) -> None:
-        """Remove an entry once its prediction's terminal state is committed."""
+        """Remove an entry once its prediction's terminal state is committed. Acks that
+        arrive together go out in one MULTI/EXEC."""
+        await self._acks.submit((stream, entry_id))
+
+    async def _write_acks(self, entries: list[tuple[str, str]]) -> list[None]:
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.xack(stream, GROUP, entry_id)
-            pipe.xdel(stream, entry_id)
+            for stream, entry_id in entries:
+                pipe.xack(stream, GROUP, entry_id)
+                pipe.xdel(stream, entry_id)
             await pipe.execute()
+        return [None] * len(entries)
 
     async def is_alive(self, consumer: str) -> bool:
         """Whether the director named ``consumer`` has heartbeated recently."""
