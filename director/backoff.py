@@ -19,7 +19,7 @@ class StartBackoff:
     initial: float = 0.05
     max_delay: float = 2.0
     #: Longest ``Retry-After`` honoured as given.
-    max_retry_after: float = 30.0
+    max_retry_after: float = 120.0
     #: Fraction of a ``Retry-After`` wait added at random on top of it.
     jitter: float = 0.1
     rng: random.Random = field(default_factory=random.Random, compare=False)

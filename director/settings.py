@@ -57,8 +57,9 @@ class DirectorSettings(BaseSettings):
     #: ``Retry-After``; doubles per refusal (with jitter) up to ``start_backoff_max``.
     start_backoff_initial: float = Field(0.05, gt=0)
     start_backoff_max: float = Field(2.0, gt=0)
-    #: Longest ``Retry-After`` (s) a refusing runner is obeyed for before asking again.
-    retry_after_max: float = Field(30.0, gt=0)
+    #: Longest ``Retry-After`` (s) a refusing runner is obeyed for before asking again (a
+    #: per-minute tenant limit asks for up to 60 s; the deadline bounds every wait anyway).
+    retry_after_max: float = Field(120.0, gt=0)
     #: Random fraction added on top of a ``Retry-After`` wait, so workers do not retry in step.
     retry_after_jitter: float = Field(0.1, ge=0, le=1)
     #: Seconds between runner health checks while a prediction runs without news.
