@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import httpx
+import orjson
 import pytest
 import replicate
 
 from tests.conftest import ECHO, Stack
-from tests.fixtures.api import assert_problem, wait_status
+from tests.fixtures.api import TERMINAL, assert_problem, fetch, wait_status
+from tests.fixtures.redis_clients import stream_readers
+from tests.fixtures.waiting import wait_for
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 
@@ -50,15 +55,45 @@ def test_out_of_range_wait_is_400(client: httpx.Client, value: str) -> None:
     assert client.get("/v1/predictions").json()["results"] == []
 
 
-def test_disconnect_cancels_the_wait_not_the_prediction(stack: Stack, token: str) -> None:
-    headers = {"Authorization": f"Bearer {token}", "Prefer": "wait=30"}
-    with httpx.Client(base_url=stack.api_url, headers=headers) as impatient:
-        with pytest.raises(httpx.ReadTimeout):
-            impatient.post(PATH, json={"input": {"prompt": "d", "n": 3, "delay": 0.5}}, timeout=0.5)
-    with httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"}) as c:
-        [created] = c.get("/v1/predictions").json()["results"]
-        done = wait_status(c, created["id"])
-        assert done["status"] == "succeeded" and done["output"] == ["d-0", "d-1", "d-2"]
+def _open_wait(api_url: str, token: str, body: bytes, wait: int) -> socket.socket:
+    """A create with ``Prefer: wait`` on a raw socket, so the test decides when the client
+    goes away (closing it is the disconnect)."""
+    parts = urlsplit(api_url)
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=5)
+    head = (
+        f"POST {PATH} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Authorization: Bearer {token}\r\nPrefer: wait={wait}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def test_disconnect_cancels_the_wait_not_the_prediction(
+    stack: Stack, token: str, redis_url: str
+) -> None:
+    """The api's wait is a blocking XREAD on the prediction's events key: once the client is
+    gone no connection may stay blocked there, long before the 30 s wait or the 6 s
+    prediction would have ended it."""
+    body = orjson.dumps({"input": {"prompt": "d", "n": 1, "delay": 6}})
+    headers = {"Authorization": f"Bearer {token}"}
+    with (
+        stream_readers(redis_url) as readers,
+        httpx.Client(base_url=stack.api_url, headers=headers) as c,
+    ):
+        sock = _open_wait(stack.api_url, token, body, wait=30)
+        try:
+            listed = wait_for(lambda: c.get("/v1/predictions").json()["results"], "the create")
+            key = f"events:prediction:{listed[0]['id']}"
+            wait_for(lambda: readers.blocked_on(key), f"the api blocked reading {key}")
+        finally:
+            sock.close()
+        gone = time.monotonic()
+        wait_for(lambda: not readers.blocked_on(key), f"no reader left on {key}", timeout=3)
+        assert time.monotonic() - gone < 3
+        assert fetch(c, listed[0]["id"])["status"] not in TERMINAL  # still running: the wait ended
+        done = wait_status(c, listed[0]["id"])
+        assert done["status"] == "succeeded" and done["output"] == ["d-0"]
 
 
 @pytest.fixture

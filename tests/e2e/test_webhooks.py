@@ -137,17 +137,40 @@ def _delivery(database_url: str, prediction_id: str) -> tuple[str, int, int | No
     return (row[0], row[1], row[2]) if row else None
 
 
+# Park a delivery that is waiting out its backoff (not one leased for an attempt right now, whose
+# outcome would overwrite the park) for an hour: only a 410 to the same URL can end it early.
+_PARK = (
+    "UPDATE webhook_deliveries SET next_attempt_at = now() + interval '1 hour' "
+    "WHERE prediction_id = %s AND status = 'pending' AND attempts >= 1 "
+    "AND next_attempt_at < now() + interval '10 seconds'"
+)
+
+
+def _park(database_url: str, prediction_id: str) -> bool:
+    with psycopg.connect(database_url) as conn:
+        return conn.execute(_PARK, (prediction_id,)).rowcount == 1
+
+
 def test_gone_stops_retries(client: httpx.Client, receiver: Receiver, database_url: str) -> None:
-    receiver.respond = lambda r, i: (410, {})
-    created = create(
-        client, PATH, input={}, webhook=receiver.url + "/gone", webhook_events_filter=["completed"]
-    )
+    """A 410 gives up its own delivery and every pending one to the same URL."""
+    gone = False
+    receiver.respond = lambda r, i: (410 if gone else 500, {})
+    url = receiver.url + "/gone"
+    waiting = create(client, PATH, input={}, webhook=url, webhook_events_filter=["completed"])
+    wait_for(lambda: _park(database_url, waiting["id"]), "a delivery waiting to be retried")
+    attempts = _delivery(database_url, waiting["id"])
+    assert attempts is not None and attempts[0] == "pending" and attempts[2] == 500
+    gone = True
+    created = create(client, PATH, input={}, webhook=url, webhook_events_filter=["completed"])
     state = wait_for(
         lambda: (d := _delivery(database_url, created["id"])) and d[0] == "failed" and d,
         "delivery given up",
     )
     assert state == ("failed", 1, 410)
-    assert len(receiver.to("/gone")) == 1
+    assert _delivery(database_url, waiting["id"]) == ("failed", attempts[1], 410)
+    ids = [r.json()["id"] for r in receiver.to("/gone")]
+    assert ids.count(created["id"]) == 1
+    assert ids.count(waiting["id"]) == attempts[1]
 
 
 def test_pending_completed_survives_restarts(
@@ -256,6 +279,45 @@ def test_ssrf_guard_refuses_internal_urls_at_create(
     finally:
         api.stop()
     assert receiver.requests == []
+
+
+def test_redirect_to_loopback_is_not_followed(
+    launcher: Launcher, admin: Admin, stack: Stack, token: str, database_url: str
+) -> None:
+    """A receiver on an allowed address (127.0.0.2) answers 302 to loopback (127.0.0.1): the api
+    and director allowed only 127.0.0.2 never reach the loopback receiver, and the delivery
+    ends failed."""
+    allow = {"CONDUIT_WEBHOOK_ALLOW_CIDRS": "127.0.0.2/32"}
+    name = f"test/redirect-{uuid.uuid4().hex[:8]}"
+    admin.create_deployment(name, ECHO, shards=1)
+    api, api_url = launcher.api(env=allow)
+    director = launcher.director(name, stack.runner_url, env=allow)
+    with (
+        webhook_receiver(host="127.0.0.1") as loopback,
+        webhook_receiver(host="127.0.0.2") as allowed,
+    ):
+        allowed.respond = lambda r, i: (302, {"Location": loopback.url + "/inside"})
+        try:
+            with httpx.Client(base_url=api_url, headers={"Authorization": f"Bearer {token}"}) as c:
+                created = create(
+                    c,
+                    f"/v1/deployments/{name}/predictions",
+                    input={"prompt": "r", "n": 2, "delay": 0.3},
+                    webhook=allowed.url + "/hook",
+                )
+                state = wait_for(
+                    lambda: (
+                        (d := _delivery(database_url, created["id"])) and d[0] == "failed" and d
+                    ),
+                    "the completed webhook given up",
+                )
+                assert wait_status(c, created["id"])["status"] == "succeeded"
+        finally:
+            director.stop()
+            api.stop()
+    assert state[2] == 302 and state[1] >= 2, state
+    assert {r.json()["status"] for r in allowed.to("/hook")} >= {"processing", "succeeded"}
+    assert loopback.requests == []
 
 
 def test_webhook_secret_is_per_account(client: httpx.Client, stack: Stack, admin: Admin) -> None:

@@ -13,8 +13,13 @@ import httpx
 import psycopg
 
 from tests.faults.conftest import DrillServers, register_faulty
-from tests.faults.harness import TERMINAL, Drill, verify
+from tests.faults.harness import TERMINAL, Drill, Submitted, verify
 from tests.fixtures.waiting import pace, wait_for
+
+#: Seconds Redis stays down in drills 2 and 3, long enough that creates meet it down.
+REDIS_DOWN = 6.0
+#: Load for the Redis drills: about 10 s of creates, so some land before, during and after.
+OUTAGE_LOAD = 250
 
 
 def _stack(drill: Drill, directors: int = 2) -> tuple[str, list[str]]:
@@ -137,44 +142,87 @@ def test_postgres_stopped_for_ten_seconds(drill: Drill, servers: DrillServers) -
     )
 
 
+def _redis_outage(
+    drill: Drill, servers: DrillServers, name: str, token: str, wipe: bool
+) -> list[httpx.Response]:
+    """SIGKILL Redis (and wipe its data when ``wipe``), keep it down for ``REDIS_DOWN`` seconds
+    while creating predictions, then start it again. Returns the answers to those creates; any
+    201 among them is recorded with the drill's, so it too must reach a terminal state."""
+    answers: list[httpx.Response] = []
+    servers.redis.kill()
+    if wipe:
+        shutil.rmtree(servers.redis.data_dir, ignore_errors=True)
+    until = time.monotonic() + REDIS_DOWN
+    with httpx.Client(headers={"Authorization": f"Bearer {token}"}) as client:
+        while time.monotonic() < until:
+            answer = client.post(
+                f"{drill.api_url}/v1/deployments/{name}/predictions",
+                json={"input": {"n": 1}},
+                timeout=10,
+            )
+            answers.append(answer)
+            if answer.status_code == 201:
+                with drill.lock:
+                    drill.submitted.append(
+                        Submitted(answer.json()["id"], token, name, time.monotonic())
+                    )
+            pace(0.25)
+    servers.redis.start()
+    return answers
+
+
+def _check_refusals(drill: Drill, answers: list[httpx.Response]) -> int:
+    """While Redis was down creates were refused cleanly: 503 problem+json with Retry-After,
+    never a 500. Returns how many of the outage's creates were refused."""
+    refused = [a for a in answers if a.status_code != 201]
+    assert any(a.status_code == 503 and a.headers.get("retry-after") for a in refused), [
+        (a.status_code, a.text[:80]) for a in answers
+    ]
+    assert all(a.status_code == 503 for a in refused), [
+        (a.status_code, a.text[:80]) for a in refused
+    ]
+    assert all(a.headers.get("retry-after") for a in refused)
+    assert all(a.headers["content-type"] == "application/problem+json" for a in refused)
+    # The load's own creates: a clean 503, or the api's port closed; never a 500.
+    assert set(drill.refused) <= {503, 0}, drill.refused
+    return len(refused)
+
+
 def test_redis_killed_with_aof(drill: Drill, servers: DrillServers) -> None:
     name, accounts = _stack(drill)
     started = time.monotonic()
+    answers: list[httpx.Response] = []
 
     def crash() -> None:
-        servers.redis.kill()
-        servers.redis.start()
+        answers.extend(_redis_outage(drill, servers, name, accounts[0], wipe=False))
 
-    _under_load(drill, name, accounts, crash)
-    # Creates refused during the outage got a clean 503 (or found the api's port closed).
-    assert set(drill.refused) <= {503, 0}, drill.refused
+    _under_load(drill, name, accounts, crash, n=OUTAGE_LOAD)
+    refused = _check_refusals(drill, answers)
     verify(
         drill,
         "2 SIGKILL redis (AOF everysec), restart",
         started,
         check_done_events=False,
-        note=f"{sum(drill.refused.values())} creates refused while down",
+        note=f"down {REDIS_DOWN:g} s: {refused + sum(drill.refused.values())} creates refused",
     )
 
 
 def test_redis_restarted_empty(drill: Drill, servers: DrillServers) -> None:
     name, accounts = _stack(drill)
     started = time.monotonic()
+    answers: list[httpx.Response] = []
 
     def wipe() -> None:
-        servers.redis.kill()
-        shutil.rmtree(servers.redis.data_dir, ignore_errors=True)
-        servers.redis.start()
+        answers.extend(_redis_outage(drill, servers, name, accounts[0], wipe=True))
 
-    _under_load(drill, name, accounts, wipe)
+    _under_load(drill, name, accounts, wipe, n=OUTAGE_LOAD)
+    refused = _check_refusals(drill, answers)
     # Events written before the wipe are gone with it, so "one done event each" can't be
     # checked here; one terminal state per prediction is Postgres's, and it is.
-    # Creates refused during the outage got a clean 503 (or found the api's port closed).
-    assert set(drill.refused) <= {503, 0}, drill.refused
     verify(
         drill,
         "3 Redis restarted empty",
         started,
         check_done_events=False,
-        note=f"{sum(drill.refused.values())} creates refused while down",
+        note=f"down {REDIS_DOWN:g} s: {refused + sum(drill.refused.values())} creates refused",
     )
