@@ -52,7 +52,9 @@ class Batcher(Generic[Item, Result]):
         """Write ``item`` with whatever else is waiting; returns its result once committed."""
         done: asyncio.Future[Result] = asyncio.get_running_loop().create_future()
         self._waiting.append((item, done))
-        if self._writer is None or self._writer.done():
+        writer = self._writer
+        # A writer of another (closed) event loop never runs again: start one in this loop.
+        if writer is None or writer.done() or writer.get_loop() is not done.get_loop():
             self._writer = asyncio.create_task(self._write_batches())
         return await done
 
@@ -92,7 +94,7 @@ class Batcher(Generic[Item, Result]):
 def _settle(
     done: asyncio.Future[Result], result: Result | None = None, *, error: Exception | None = None
 ) -> None:
-    if done.done():  # the caller was cancelled meanwhile
+    if done.done() or done.get_loop().is_closed():  # the caller is gone (cancelled, or its loop)
         return
     if error is not None:
         done.set_exception(error)
