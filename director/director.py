@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 import orjson
 from redis.asyncio import Redis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from sqlalchemy import text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError
@@ -168,6 +168,12 @@ class Director:
             try:
                 await self._fill_backlog(free)
                 failures = 0
+            except NoScriptError as error:
+                # Redis restarted without its data between a script's load and its call (the
+                # client reloads it on the next call): as transient as the restart itself.
+                failures += 1
+                await self._back_off(failures, error)
+                continue
             except ResponseError as error:
                 if "NOGROUP" not in str(error):
                     raise

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 
+import orjson
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DBAPIError
 
@@ -70,8 +71,11 @@ class Maintenance:
         began = asyncio.get_running_loop().time()
         settings = self.settings
         ttl = min(max(settings.heartbeat_every * 3, 5), settings.visibility_timeout)
-        await director.redis.set(alive_key(director.consumer), "1", px=int(ttl * 1000))
         entries = [(entry.stream, entry.id) for entry in director.inflight.values()]
+        # The key's value names what runs here: after Redis lost its data, a restarted director
+        # under the same name is alive, yet runs none of its predecessor's predictions.
+        running = orjson.dumps(sorted({e.prediction_id for e in director.inflight.values()}))
+        await director.redis.set(alive_key(director.consumer), running, px=int(ttl * 1000))
         metrics.INFLIGHT.set(len(entries))
         if not entries:
             director.lease_renewed = began

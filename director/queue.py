@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -236,6 +237,17 @@ class Queue:
     async def is_alive(self, consumer: str) -> bool:
         """Whether the director named ``consumer`` has heartbeated recently."""
         return bool(await self.redis.exists(alive_key(consumer)))
+
+    async def running_on(self, consumer: str) -> set[str] | None:
+        """Predictions the director named ``consumer`` ran at its last heartbeat; None when it
+        has not heartbeated recently."""
+        value = await self.redis.get(alive_key(consumer))
+        if value is None:
+            return None
+        try:
+            return set(orjson.loads(value))
+        except orjson.JSONDecodeError:  # a director from before the key named its runs
+            return set()
 
     async def publish_cancel(self, prediction_id: str) -> None:
         await self.redis.publish(CANCEL_CHANNEL, prediction_id)

@@ -4,8 +4,9 @@ Two holes it closes. The api commits a prediction and dies before its XADD; Redi
 without its data (every stream and consumer group gone). Each pass, one director per target
 (a Redis lock) lists the target's unfinished predictions older than ``reconcile_after`` and
 re-enqueues those found in none of its streams. A ``processing`` one is re-enqueued only when
-its director shows no sign of life; re-enqueuing is safe anyway: a director that reads the
-copy of a prediction a live director runs acknowledges it and changes nothing.
+its director shows no sign of life or does not name it among its runs (a director restarted
+under the same name after Redis lost its data); re-enqueuing is safe anyway: a director that
+reads the copy of a prediction a live director runs acknowledges it and changes nothing.
 """
 
 from __future__ import annotations
@@ -96,9 +97,10 @@ class Reconciler:
             unfinished = set((await conn.execute(_STILL_UNFINISHED, {"ids": ids})).scalars())
         requeued = 0
         for prediction_id, account_id, status, owner in missing:
+            pid = prediction_id
             if prediction_id not in unfinished:
                 continue
-            if status == "processing" and (not liveness_known or await self._alive(owner)):
+            if status == "processing" and (not liveness_known or await self._runs(owner, pid)):
                 continue
             await self.director.queue.enqueue(target.streams_for(account_id), prediction_id)
             requeued += 1
@@ -107,8 +109,13 @@ class Reconciler:
             log.warning("re-enqueued %d predictions missing from %s streams", requeued, target.key)
         return requeued
 
-    async def _alive(self, owner: str | None) -> bool:
-        return owner is not None and await self.director.queue.is_alive(owner)
+    async def _runs(self, owner: str | None, prediction_id: str) -> bool:
+        """Whether ``owner`` is alive and was running the prediction at its last heartbeat (a
+        director restarted under the same name is alive but runs nothing it lost)."""
+        if owner is None:
+            return False
+        running = await self.director.queue.running_on(owner)
+        return running is not None and prediction_id in running
 
     async def _queued_ids(self, target: Target) -> set[str]:
         prefix = target.stream(0).rsplit(":", 1)[0] + ":"
