@@ -21,12 +21,19 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
+import aiohttp
 from sqlalchemy.engine import RowMapping
 
 from director import metrics
 from director.backoff import StartBackoff
 from director.receiver import Inflight
-from director.runner_client import InputRejected, RunnerClient, RunnerError, RunnerRefused
+from director.runner_client import (
+    InputRejected,
+    RunnerClient,
+    RunnerError,
+    RunnerRefused,
+    SnapshotFeed,
+)
 from director.runner_monitor import RunnerMonitor
 from runners.protocol import PredictionResponse, RunnerStatus
 from tracker import store
@@ -89,6 +96,8 @@ class Execution:
         self._held_since: float | None = None
         #: When the runner accepted it (loop time); it may queue it before running it.
         self._accepted_at: float | None = None
+        #: Reads the runner's snapshot stream, when it sends one (see ``RunnerClient.start``).
+        self._feed_task: asyncio.Task[None] | None = None
         #: Next time (loop time) to look at the cancel flag in Postgres.
         self._flag_check_at = now + monitor.interval
 
@@ -142,6 +151,9 @@ class Execution:
         except _Lost:
             log.warning("%s was reclaimed by another director; stopping here", self.prediction_id)
             return None
+        finally:
+            if self._feed_task is not None:
+                self._feed_task.cancel()
 
     async def _start(self, input: dict[str, Any]) -> bool:
         """Hand the prediction to the runner. False if canceled or out of time before it took it.
@@ -157,7 +169,7 @@ class Execution:
                 return False
             retry_after: float | None = None
             try:
-                await self.runner.start(
+                feed = await self.runner.start(
                     self.prediction_id,
                     input,
                     self.webhook,
@@ -165,6 +177,8 @@ class Execution:
                     priority=self.priority,
                 )
                 self._accepted_at = self._loop.time()
+                if feed is not None:
+                    self._feed_task = asyncio.create_task(self._read_feed(feed))
                 return True
             except RunnerRefused as refusal:
                 metrics.RUNNER_REFUSALS.labels(refusal.reason).inc()
@@ -185,6 +199,17 @@ class Execution:
                 # No offer before the runner's wait is over: a timer that fires a hair early
                 # must not sneak in one more start just short of the deadline.
                 return False
+
+    async def _read_feed(self, feed: SnapshotFeed) -> None:
+        """Pass the runner's streamed snapshots on, as the receiver does its webhooks. If the
+        stream breaks off, the runner sends the rest as webhooks instead."""
+        try:
+            async for snapshot in feed.snapshots():
+                self.inflight.snapshots.put_nowait(snapshot)
+        except (aiohttp.ClientError, TimeoutError) as error:
+            log.info("snapshot stream of %s broke off: %r", self.prediction_id, error)
+        finally:
+            feed.close()
 
     def _hold(self, reason: str, state: str, error: RunnerError) -> None:
         if self._held_back is None or self._held_back[0] != reason:

@@ -17,20 +17,27 @@ Exception tree::
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from runners.protocol import ALL_WEBHOOK_EVENTS, HealthCheck, HealthStatus
+from runners.protocol import ALL_WEBHOOK_EVENTS, HealthCheck, HealthStatus, PredictionResponse
 from tracker.usage import UNKNOWN_HARDWARE
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
+NDJSON = "application/x-ndjson"
+#: A snapshot stream lasts as long as its prediction: only connecting is bounded here.
+_STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
+#: How long a start may take to be answered (accepted, refused, or its stream begun).
+START_ANSWER_TIMEOUT = 30.0
 
 
 class RunnerError(Exception):
@@ -153,6 +160,39 @@ def _refusal(status: int, headers: CIMultiDictProxy[str], text: str) -> RunnerRe
     return None
 
 
+class SnapshotFeed:
+    """The snapshots a Conduit runner writes down the response to a start
+    (``runners.streaming``): the bodies its webhooks would carry, one JSON document per line.
+
+    Lines are split here rather than by ``StreamReader.readline``, whose line limit is far
+    below the size of an output a model may return.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
+        self._response = response
+
+    async def snapshots(self) -> AsyncIterator[PredictionResponse]:
+        """Each snapshot as it arrives, until the runner ends the response. A line that does
+        not parse is logged and skipped; a broken connection ends the iteration with
+        ``aiohttp.ClientError``."""
+        buffer = bytearray()
+        async for chunk in self._response.content.iter_any():
+            buffer += chunk
+            while (end := buffer.find(b"\n")) >= 0:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]
+                if not line.strip():
+                    continue
+                try:
+                    yield PredictionResponse.model_validate_json(line)
+                except ValueError as error:
+                    log.warning("bad snapshot line from runner: %s", error)
+
+    def close(self) -> None:
+        """Give the connection back (or drop it, when the stream did not end)."""
+        self._response.release()
+
+
 class RunnerClient:
     def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
         self.base_url = base_url.rstrip("/")
@@ -165,15 +205,25 @@ class RunnerClient:
         webhook: str,
         tenant: str | None = None,
         priority: str = "normal",
-    ) -> None:
+    ) -> SnapshotFeed | None:
         """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
 
-        Accepted may mean queued inside the runner: its ``start`` webhook says when it runs.
+        It also asks for the snapshot stream (``Accept: application/x-ndjson``): a Conduit
+        runner answers with it, and the returned feed carries the snapshots that would
+        otherwise come as webhooks; a stock Cog server ignores the header, answers 202, and
+        this returns None: its webhooks say what happens. Either way the webhook stays in the
+        body, as the runner's fallback when a stream breaks off.
+
+        Accepted may mean queued inside the runner: its ``start`` snapshot says when it runs.
         ``X-Tenant-ID`` and ``X-Priority`` tell a Conduit runner whose work it is and how urgent
         (a stock Cog server ignores them). Raises a ``RunnerRefused`` when it will not take the
         prediction now.
         """
-        headers = {"Prefer": "respond-async", "X-Priority": priority}
+        headers = {
+            "Prefer": "respond-async",
+            "Accept": f"{NDJSON}, application/json",
+            "X-Priority": priority,
+        }
         if tenant is not None:
             headers["X-Tenant-ID"] = tenant
         body = {
@@ -184,10 +234,19 @@ class RunnerClient:
         }
         url = f"{self.base_url}/predictions/{prediction_id}"
         try:
-            async with self.session.put(url, json=body, headers=headers) as response:
-                if response.status in (200, 201, 202):
-                    return
-                text = await response.text()
+            async with asyncio.timeout(START_ANSWER_TIMEOUT):
+                response = await self.session.put(
+                    url, json=body, headers=headers, timeout=_STREAM_TIMEOUT
+                )
+                if response.status == 200 and response.content_type == NDJSON:
+                    return SnapshotFeed(response)
+                try:
+                    if response.status in (200, 201, 202):
+                        await response.read()
+                        return None
+                    text = await response.text()
+                finally:
+                    response.release()
         except (aiohttp.ClientError, TimeoutError) as error:
             raise RunnerError(f"runner unreachable: {error!r}") from error
         refusal = _refusal(response.status, response.headers, text[:500])

@@ -66,6 +66,11 @@ class RunnerConfig(BaseSettings):
         None, validation_alias=_env("memory_limit", "CONDUIT_RUNNER_MEMORY_LIMIT")
     )
     """Optional cap on the process's RSS in bytes; above it ``/health`` reports OOM."""
+    access_log: bool = Field(
+        False, validation_alias=_env("access_log", "CONDUIT_RUNNER_ACCESS_LOG")
+    )
+    """Log every request at INFO. Off by default: the runner sees each prediction at least
+    twice, and formatting those lines cost a measurable share of its CPU."""
 
     @classmethod
     def from_env(cls) -> RunnerConfig:

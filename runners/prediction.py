@@ -18,7 +18,7 @@ from runners.cache import CacheView
 from runners.model import Model, PredictContext
 from runners.protocol import RunnerStatus, WebhookEvent
 from runners.scheduler import Scheduler, Ticket
-from runners.webhooks import WebhookSender
+from runners.webhooks import SnapshotSink
 
 
 def _jsonable(value: Any) -> Any:
@@ -34,7 +34,7 @@ class Prediction:
         prediction_id: str,
         inputs: dict[str, Any],
         context: Mapping[str, str],
-        webhook: WebhookSender | None,
+        webhook: SnapshotSink | None,
         *,
         ticket: Ticket,
         scheduler: Scheduler,

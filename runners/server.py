@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 import pydantic
 from aiohttp import web
+from aiohttp.log import access_logger
 
 from runners import COG_VERSION
 from runners.cache import CacheMode
@@ -44,6 +45,7 @@ from runners.protocol import PredictionRequest
 from runners.scheduler import Priority
 from runners.service import RequestOptions, RunnerService
 from runners.state import SERVICE
+from runners.streaming import NDJSON, SnapshotStream, wants_stream
 
 __all__ = ["SERVICE", "create_app", "run_app", "serve"]
 
@@ -55,6 +57,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _PREDICTION = web.RequestKey("prediction", Prediction)
 """The prediction a request created or found, for :func:`_timed` to report on."""
+_BEGAN = web.RequestKey("began", float)
+"""When :func:`_timed` saw the request (monotonic clock)."""
 
 _DISCOVERY = {
     "cog_version": COG_VERSION,
@@ -117,6 +121,7 @@ def _options(request: web.Request) -> RequestOptions:
         priority=Priority.parse(headers.get("X-Priority")),
         cache_mode=mode,
         cache_tag=headers.get("X-Cache-Tag") or None,
+        stream=wants_stream(headers.get("Accept")),
     )
 
 
@@ -141,13 +146,14 @@ def _timed(handler: Handler) -> Handler:
     (bad JSON, a bad ``X-Cache-Mode``, an id mismatch) included."""
 
     async def timed(request: web.Request) -> web.StreamResponse:
-        began = time.monotonic()
+        began = request[_BEGAN] = time.monotonic()
         try:
             response = await handler(request)
         except web.HTTPException as error:
             error.headers.update(_timing_headers(request.get(_PREDICTION), began))
             raise
-        response.headers.update(_timing_headers(request.get(_PREDICTION), began))
+        if not response.prepared:  # a snapshot stream sent its headers when it began
+            response.headers.update(_timing_headers(request.get(_PREDICTION), began))
         return response
 
     return timed
@@ -203,7 +209,9 @@ _REFUSAL_REASONS: dict[type[RunnerError], str] = {
 }
 
 
-async def _run(request: web.Request, prediction_id: str, body: PredictionRequest) -> web.Response:
+async def _run(
+    request: web.Request, prediction_id: str, body: PredictionRequest
+) -> web.StreamResponse:
     service = request.app[SERVICE]
     if (existing := service.get(prediction_id)) is not None:
         request[_PREDICTION] = existing
@@ -217,6 +225,8 @@ async def _run(request: web.Request, prediction_id: str, body: PredictionRequest
         return _refusal(error)
     prediction = request[_PREDICTION] = admitted.prediction
     rate = _rate_headers(admitted.rate)
+    if admitted.stream is not None:
+        return await _stream(request, admitted.stream, rate)
     if request.headers.get("Prefer") == "respond-async":
         return _json({"id": prediction_id, "status": "starting"}, 202, rate)
     try:
@@ -228,14 +238,33 @@ async def _run(request: web.Request, prediction_id: str, body: PredictionRequest
     return _json(prediction.snapshot(), 200, rate)
 
 
+async def _stream(
+    request: web.Request, stream: SnapshotStream, headers: dict[str, str]
+) -> web.StreamResponse:
+    """Answer with the prediction's snapshots as they happen (:mod:`runners.streaming`).
+
+    Unlike a synchronous request, a client that hangs up does not cancel the prediction: the
+    rest of its snapshots go to its webhook.
+    """
+    timing = _timing_headers(request[_PREDICTION], request[_BEGAN])
+    response = web.StreamResponse(status=200, headers={**headers, **timing})
+    response.content_type = NDJSON
+    try:
+        await response.prepare(request)
+        await stream.pump(response)
+    except ConnectionError as error:
+        log.info("snapshot stream of %s closed early: %r", request[_PREDICTION].id, error)
+    return response
+
+
 @_timed
-async def create_prediction(request: web.Request) -> web.Response:
+async def create_prediction(request: web.Request) -> web.StreamResponse:
     body = await _parse_request(request)
     return await _run(request, body.id or f"pred_{time.time_ns():x}", body)
 
 
 @_timed
-async def create_prediction_idempotent(request: web.Request) -> web.Response:
+async def create_prediction_idempotent(request: web.Request) -> web.StreamResponse:
     prediction_id = request.match_info["id"]
     body = await _parse_request(request)
     if body.id is not None and body.id != prediction_id:
@@ -304,7 +333,11 @@ async def run_app(app: web.Application, host: str, port: int) -> None:
     stop accepting, let in-flight predictions finish within the grace period, return."""
     service = app[SERVICE]
     runner = web.AppRunner(
-        app, handler_cancellation=True, handle_signals=False, shutdown_timeout=5.0
+        app,
+        handler_cancellation=True,
+        handle_signals=False,
+        shutdown_timeout=5.0,
+        access_log=access_logger if service.config.access_log else None,
     )
     await runner.setup()
     loop = asyncio.get_running_loop()

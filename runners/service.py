@@ -42,8 +42,9 @@ from runners.protocol import HealthStatus, PredictionRequest
 from runners.ratelimit import TenantRateLimiter
 from runners.resources import CpuMeter, Device, GpuMonitor, process_rss, snapshot, system_memory
 from runners.scheduler import Priority, Scheduler
+from runners.streaming import SnapshotStream
 from runners.validation import InputValidator
-from runners.webhooks import WebhookDispatcher
+from runners.webhooks import SnapshotSink, WebhookDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +57,17 @@ class RequestOptions:
     priority: Priority = Priority.NORMAL
     cache_mode: CacheMode = CacheMode.DEFAULT
     cache_tag: str | None = None
+    #: Snapshots go down the response (``Accept: application/x-ndjson``), see
+    #: :mod:`runners.streaming`; the webhook is the fallback.
+    stream: bool = False
 
 
 @dataclass(frozen=True)
 class Admitted:
     prediction: Prediction
     rate: RateLimit | None
+    #: The snapshot stream for the response to pump, when the request asked for one.
+    stream: SnapshotStream | None = None
 
 
 @dataclass(frozen=True)
@@ -224,9 +230,12 @@ class RunnerService:
         except RateLimitedError:
             self.scheduler.release(ticket)
             raise
-        sender = None
+        sender: SnapshotSink | None = None
         if request.webhook:
             sender = self.webhooks.sender(request.webhook, request.webhook_events_filter, trace)
+        stream = None
+        if options.stream:
+            stream = SnapshotStream(request.webhook_events_filter, fallback=sender)
         cache = CacheView(
             self.cache, self.model.name, options.tenant, options.cache_mode, options.cache_tag
         )
@@ -234,7 +243,7 @@ class RunnerService:
             prediction_id,
             inputs,
             request.context,
-            sender,
+            stream or sender,
             ticket=ticket,
             scheduler=self.scheduler,
             tenant=options.tenant,
@@ -245,7 +254,7 @@ class RunnerService:
         driver = prediction.start(self.model, self._release)
         self._drivers.add(driver)
         driver.add_done_callback(self._drivers.discard)
-        return Admitted(prediction, rate)
+        return Admitted(prediction, rate, stream)
 
     def refused(self, tenant: str, reason: str) -> None:
         self.metrics.requests.labels(self.model.name, tenant, reason).inc()

@@ -37,6 +37,20 @@ def _allow_null(node: Any) -> Any:
     return {"anyOf": [{"type": "null"}, out]}
 
 
+def _absolute_refs(node: Any) -> Any:
+    """Point the document's local ``$ref``s (``#/...``) at its registered URI, so the Input
+    schema can be the validator's root: a root ``$ref`` would be resolved on every call."""
+    if isinstance(node, list):
+        return [_absolute_refs(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _absolute_refs(value) for key, value in node.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        out["$ref"] = _DOCUMENT_URI + ref
+    return out
+
+
 def _type_message(error: ValidationError) -> str:
     # coglet's validator prints JSON, not Python reprs; keep the wording identical.
     expected = error.validator_value
@@ -59,10 +73,10 @@ class InputValidator:
             return  # coglet skips validation when there is no Input schema
         self._properties = dict(input_schema.get("properties", {}))
         self._required = list(input_schema.get("required", []))
-        contents = _allow_null(copy.deepcopy(dict(document)))
+        contents = _absolute_refs(_allow_null(copy.deepcopy(dict(document))))
         resource = Resource.from_contents(contents, default_specification=DRAFT202012)
         registry: Registry[Any] = Registry().with_resource(_DOCUMENT_URI, resource)
-        root = {"$ref": f"{_DOCUMENT_URI}#/components/schemas/Input"}
+        root = contents["components"]["schemas"]["Input"]
         self._validator = Draft202012Validator(root, registry=registry)
 
     def prepare(self, raw: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import orjson
@@ -27,6 +27,12 @@ from runners.protocol import WebhookEvent
 log = logging.getLogger(__name__)
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class SnapshotSink(Protocol):
+    """Where a prediction's snapshots go: a webhook sender, or the response that started it."""
+
+    def send(self, event: WebhookEvent, snapshot: dict[str, Any]) -> None: ...
 
 
 class WebhookDispatcher:
