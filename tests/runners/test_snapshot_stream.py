@@ -104,9 +104,7 @@ async def test_a_stream_cut_off_goes_on_as_webhooks(
         "webhook": receiver.url("c1"),
     }
     async with aiohttp.ClientSession() as session:
-        response = await session.put(
-            f"{runner.url}/predictions/c1", json=request, headers=STREAM
-        )
+        response = await session.put(f"{runner.url}/predictions/c1", json=request, headers=STREAM)
         assert response.status == 200
         first = orjson.loads(await asyncio.wait_for(response.content.readline(), DEADLINE))
         assert first["status"] == "processing"
