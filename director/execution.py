@@ -37,6 +37,7 @@ from director.runner_client import (
 from director.runner_monitor import RunnerMonitor
 from runners.protocol import PredictionResponse, RunnerStatus
 from tracker import store
+from tracker.batch_writes import ran
 from tracker.retry import TRANSIENT
 from tracker.states import Status
 from tracker.tracker import AttemptTracker
@@ -226,7 +227,7 @@ class Execution:
             wait = min(limit - self._loop.time(), self.monitor.interval)
             news = await self._next(wait, watch_cancel=grace_until is None)
             if isinstance(news, PredictionResponse):
-                result = await self._apply(news)
+                result = await self._apply(self._newest(news))
                 if isinstance(result, bool):
                     return None  # fenced out: another attempt or a cancel owns it now
                 if result is not None:
@@ -293,9 +294,24 @@ class Execution:
             return "cancel"
         return "quiet" if seconds > 0 else "limit"
 
+    def _newest(self, snapshot: PredictionResponse) -> PredictionResponse:
+        """The snapshot that says the most of those already here: the terminal one, or else
+        the last. Snapshots are cumulative, so the ones skipped add nothing to it; a fast
+        run's start and end then make one write rather than two."""
+        queue = self.inflight.snapshots
+        while not snapshot.status.is_terminal and not queue.empty():
+            snapshot = queue.get_nowait()
+        return snapshot
+
     async def _apply(self, snapshot: PredictionResponse) -> RowMapping | bool | None:
         """Apply one snapshot. Returns the terminal row, True if fenced out, None to go on."""
-        if snapshot.status is RunnerStatus.PROCESSING and not await self.tracker.started():
+        times = RunnerTimes.from_metrics(snapshot.metrics)
+        starts = snapshot.status is RunnerStatus.PROCESSING or (
+            snapshot.status.is_terminal
+            and self.tracker.announces_start
+            and ran(_TERMINAL[snapshot.status], times)
+        )
+        if starts and not await self.tracker.started():
             await self._cancel_on_runner()
             return True
         if self.tracker.cancel_requested:
@@ -305,7 +321,6 @@ class Execution:
             return None
         status = _TERMINAL[snapshot.status]
         error = snapshot.error
-        times = RunnerTimes.from_metrics(snapshot.metrics)
         if self._limit_hit and self.tracker.status is Status.STARTING and not times.predict_time:
             # Canceled at the limit while still queued inside the runner: it never ran.
             status = Status.ABORTED if self._by_deadline else Status.FAILED

@@ -59,6 +59,12 @@ class Finish:
     hardware: str
     webhook_base_url: str | None
 
+    @property
+    def ran(self) -> bool:
+        """Whether the model ran. A run whose start was never recorded (its terminal snapshot
+        came first, or with it) gets its start time and run count here."""
+        return ran(self.status, self.times)
+
     def record(self) -> dict[str, Any]:
         cpu = self.hardware == CPU
         gpu_time = self.times.gpu_time
@@ -80,7 +86,14 @@ class Finish:
             "hardware": self.hardware,
             "cpu": cpu,
             "aborted": self.status is Status.ABORTED,
+            "ran": self.ran,
         }
+
+
+def ran(status: Status, times: RunnerTimes) -> bool:
+    """Whether a terminal state means the model ran: it succeeded, or the runner reports time
+    spent running it (a run canceled while queued in the runner reports none)."""
+    return status is Status.SUCCEEDED or bool(times.predict_time)
 
 
 _CLAIM = text(
@@ -110,7 +123,7 @@ _FINISH = text(
       SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(
         id text, attempt int, status text, sources text[], set_output boolean, output jsonb,
         logs text, error text, reported jsonb, predict_time float8, queue_wait_time float8,
-        gpu_time float8, hardware text, cpu boolean, aborted boolean)
+        gpu_time float8, hardware text, cpu boolean, aborted boolean, ran boolean)
     ), done AS (
       UPDATE predictions AS p SET
         status = v.status,
@@ -118,10 +131,12 @@ _FINISH = text(
         completed_at = now(),
         metrics = v.reported
           || jsonb_build_object('total_time', extract(epoch FROM now() - p.created_at)),
-        -- The runner's start webhook may arrive after its terminal one (coglet sends them
-        -- fire-and-forget); a success still ran, so it has a start time.
-        started_at = CASE WHEN v.status = 'succeeded' THEN coalesce(p.started_at, now())
+        -- A run whose start was not written (coglet's start webhook may come after its
+        -- terminal one; a fast run's start and end are written as one) began predict_time ago.
+        started_at = CASE WHEN v.ran THEN coalesce(p.started_at, greatest(p.created_at,
+                            now() - make_interval(secs => coalesce(v.predict_time, 0.0))))
                           ELSE p.started_at END,
+        runs = p.runs + CASE WHEN v.ran AND p.status = 'starting' THEN 1 ELSE 0 END,
         output = CASE WHEN v.set_output THEN v.output ELSE p.output END,
         logs = coalesce(v.logs, p.logs)
       FROM v

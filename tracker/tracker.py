@@ -21,6 +21,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker import store
+from tracker.batch_writes import ran
 from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType, output_text
 from tracker.intermediate import IntermediateSender
@@ -74,6 +75,12 @@ class AttemptTracker:
     @property
     def _wants_completed(self) -> bool:
         return wants(self.state, "completed")
+
+    @property
+    def announces_start(self) -> bool:
+        """Whether a ``start`` webhook is due when the model starts. Without one, a run whose
+        end is already known may have its start written with its end, in one write."""
+        return self.publishing.webhooks is not None and wants(self.state, "start")
 
     def _body(self) -> str:
         state = {
@@ -190,6 +197,8 @@ class AttemptTracker:
         if logs is not None and len(logs) > len(self.logs):
             last_chunks += [(EventType.LOGS, line) for line in logs[len(self.logs) :].splitlines()]
             self.logs = logs
+        if self.status is Status.STARTING and ran(status, times or RunnerTimes()):
+            last_chunks.insert(0, (EventType.STATUS, Status.PROCESSING.value))
         row = await persistently(
             f"recording the end of {self.prediction_id}",
             lambda: store.finish(

@@ -107,6 +107,40 @@ async def test_output_left_alone_unless_given(engine: AsyncEngine) -> None:
     assert row["started_at"] is not None and row["completed_at"] is not None
 
 
+async def test_an_end_written_without_its_start_records_the_run(engine: AsyncEngine) -> None:
+    """A fast run's start and end arrive together and are written as one: the row still says
+    when it started (predict_time before the end) and that it ran once; a run that never
+    started (canceled while queued in the runner) gets neither."""
+    ran, failed_running, never_ran = await _claimed(engine, 3)
+    async with engine.begin() as conn:  # created long enough ago to have run that long
+        await conn.execute(
+            text("UPDATE predictions SET created_at = now() - interval '5 s' WHERE id = ANY(:ids)"),
+            {"ids": [ran, failed_running, never_ran]},
+        )
+    ends = await asyncio.gather(
+        store.finish(engine, ran, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=0.2)),
+        store.finish(engine, failed_running, 1, Status.FAILED, times=RunnerTimes(predict_time=0.1)),
+        store.finish(engine, never_ran, 1, Status.CANCELED, times=RunnerTimes(predict_time=0.0)),
+    )
+    for row, predict_time in zip(ends[:2], (0.2, 0.1), strict=True):
+        assert row is not None and row["runs"] == 1
+        ran_for = (row["completed_at"] - row["started_at"]).total_seconds()
+        assert abs(ran_for - predict_time) < 1e-3, ran_for
+        assert row["started_at"] >= row["created_at"]
+    canceled = ends[2]
+    assert canceled is not None and canceled["started_at"] is None and canceled["runs"] == 0
+    # A start already written is kept, and not counted twice.
+    (pid,) = await _claimed(engine, 1)
+    started = await store.mark_processing(engine, pid, 1)
+    assert started is not None
+    row = await store.finish(engine, pid, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=9))
+    assert row is not None and row["started_at"] == started["started_at"] and row["runs"] == 1
+    # A runner's figure never puts the start before the creation.
+    (pid,) = await _claimed(engine, 1)
+    row = await store.finish(engine, pid, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=60))
+    assert row is not None and row["started_at"] == row["created_at"]
+
+
 def test_rounds_never_name_a_prediction_twice() -> None:
     assert _unique_rounds(["a", "b", "a", "c", "a"]) == [[0, 1, 3], [2], [4]]
     assert _unique_rounds([]) == []
