@@ -28,16 +28,25 @@ GROUP = "directors"
 CANCEL_CHANNEL = "cancel:predictions"
 SHARDS_PER_ACCOUNT = 2
 
-# Pick the shortest of the account's shards and append, in one round trip.
+# For each prediction (ARGV: its id, then how many of KEYS are its shards, in KEYS' order),
+# append to the shortest of its shards; one round trip for many predictions. Returns the
+# stream chosen for each.
 _ENQUEUE_SCRIPT = """
-local best = KEYS[1]
-local best_len = redis.call('XLEN', best)
-for i = 2, #KEYS do
-  local n = redis.call('XLEN', KEYS[i])
-  if n < best_len then best = KEYS[i]; best_len = n end
+local out = {}
+local k = 1
+for i = 1, #ARGV, 2 do
+  local last = k + tonumber(ARGV[i + 1]) - 1
+  local best = KEYS[k]
+  local best_len = redis.call('XLEN', best)
+  for j = k + 1, last do
+    local n = redis.call('XLEN', KEYS[j])
+    if n < best_len then best = KEYS[j]; best_len = n end
+  end
+  k = last + 1
+  redis.call('XADD', best, '*', 'id', ARGV[i])
+  table.insert(out, best)
 end
-local entry = redis.call('XADD', best, '*', 'id', ARGV[1])
-return {best, entry}
+return out
 """
 
 
@@ -151,11 +160,21 @@ class Queue:
         self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
         self._read_in_turn = redis.register_script(_READ_IN_TURN_SCRIPT)
         self._acks: Batcher[tuple[str, str], None] = Batcher(self._write_acks)
+        self._appends: Batcher[tuple[tuple[str, ...], str], str] = Batcher(self._write_appends)
 
     async def enqueue(self, streams: Sequence[str], prediction_id: str) -> str:
-        """Append to the shortest of ``streams``; returns the stream key used."""
-        stream, _entry = await self._enqueue(keys=list(streams), args=[prediction_id])
-        return _text(stream)
+        """Append to the shortest of ``streams``; returns the stream key used.
+
+        Concurrent calls share one script call (group commit, as for the Postgres writes)."""
+        return await self._appends.submit((tuple(streams), prediction_id))
+
+    async def _write_appends(self, items: list[tuple[tuple[str, ...], str]]) -> list[str]:
+        keys = [stream for streams, _ in items for stream in streams]
+        args: list[str | int] = []
+        for streams, prediction_id in items:
+            args += [prediction_id, len(streams)]
+        chosen = await self._enqueue(keys=keys, args=args)
+        return [_text(stream) for stream in chosen]
 
     async def ensure_groups(self, streams: Sequence[str]) -> None:
         # Start from 0, not $: entries the api appended before any director existed must be read.

@@ -3,6 +3,7 @@ of an account's shards."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from redis.asyncio import Redis
@@ -61,4 +62,32 @@ async def test_enqueue_goes_to_the_shorter_of_the_accounts_shards(redis_url: str
         assert await client.xlen(longer) + await client.xlen(shorter) == 7
     finally:
         await client.delete(longer, shorter)
+        await client.aclose()
+
+
+async def test_concurrent_enqueues_share_a_call_and_each_lands_once(redis_url: str) -> None:
+    """Creates arriving together are appended by one script call; each still goes to the
+    shortest of its own shards, whatever the others' shard counts."""
+    client: Redis = Redis.from_url(redis_url)
+    base = f"input:prediction:dp-test/grouped-{uuid.uuid4().hex[:8]}"
+    pair = [f"{base}:a0", f"{base}:a1"]
+    single = [f"{base}:b0"]
+    trio = [f"{base}:c0", f"{base}:c1", f"{base}:c2"]
+    queue = Queue(client)
+    try:
+        await client.xadd(trio[0], {"id": "old"})
+        await client.xadd(trio[2], {"id": "old"})
+        calls = [(pair, f"p-{n}") for n in range(20)] + [(single, f"s-{n}") for n in range(5)]
+        calls.append((trio, "t-0"))
+        chosen = await asyncio.gather(*(queue.enqueue(streams, pid) for streams, pid in calls))
+        assert chosen[-1] == trio[1]  # the only empty one of its shards
+        assert all(stream in pair for stream in chosen[:20])
+        assert all(stream == single[0] for stream in chosen[20:25])
+        assert sorted([await client.xlen(s) for s in pair]) == [10, 10]  # kept level
+        ids = []
+        for stream in pair + single + trio:
+            ids += [fields[b"id"].decode() for _, fields in await client.xrange(stream)]
+        assert sorted(ids) == sorted([pid for _, pid in calls] + ["old", "old"])
+    finally:
+        await client.delete(*pair, *single, *trio)
         await client.aclose()
