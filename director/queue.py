@@ -50,6 +50,16 @@ return out
 """
 
 
+# Acknowledge and delete entries: KEYS[i] holds entry ARGV[i + 1]; ARGV[1] is the group.
+_ACK_SCRIPT = """
+for i = 1, #KEYS do
+  redis.call('XACK', KEYS[i], ARGV[1], ARGV[i + 1])
+  redis.call('XDEL', KEYS[i], ARGV[i + 1])
+end
+return #KEYS
+"""
+
+
 # New entries from streams in the order given, up to ARGV[3] in all, in one round trip: the
 # round robin over shards that used to cost one XREADGROUP each. Returns the 1-based index of
 # the last stream that had entries (0: none had any), then stream/messages pairs.
@@ -159,6 +169,7 @@ class Queue:
         self.redis = redis
         self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
         self._read_in_turn = redis.register_script(_READ_IN_TURN_SCRIPT)
+        self._ack_and_delete = redis.register_script(_ACK_SCRIPT)
         self._acks: Batcher[tuple[str, str], None] = Batcher(self._write_acks)
         self._appends: Batcher[tuple[tuple[str, ...], str], str] = Batcher(self._write_appends)
 
@@ -242,15 +253,13 @@ class Queue:
 
     async def ack(self, stream: str, entry_id: str) -> None:
         """Remove an entry once its prediction's terminal state is committed. Acks that
-        arrive together go out in one MULTI/EXEC."""
+        arrive together go out in one script call (atomic, as a MULTI/EXEC would be)."""
         await self._acks.submit((stream, entry_id))
 
     async def _write_acks(self, entries: list[tuple[str, str]]) -> list[None]:
-        async with self.redis.pipeline(transaction=True) as pipe:
-            for stream, entry_id in entries:
-                pipe.xack(stream, GROUP, entry_id)
-                pipe.xdel(stream, entry_id)
-            await pipe.execute()
+        await self._ack_and_delete(
+            keys=[stream for stream, _ in entries], args=[GROUP, *(id for _, id in entries)]
+        )
         return [None] * len(entries)
 
     async def is_alive(self, consumer: str) -> bool:
