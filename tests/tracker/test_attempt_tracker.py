@@ -18,8 +18,8 @@ from director.execution import RERUN_AFTER_OUTPUT, Execution
 from director.receiver import Inflight
 from director.runner_client import RunnerClient
 from director.runner_monitor import RunnerMonitor
+from tests.fixtures.predictions import inserted_prediction
 from tests.fixtures.waiting import apace
-from tests.tracker.test_store import _new_prediction
 from tracker import store
 from tracker.events import EventLog, EventType, events_key
 from tracker.tracker import AttemptTracker, Publishing
@@ -71,7 +71,7 @@ async def eventually(probe: Callable[[], Any], what: str, timeout: float) -> flo
 async def _claimed(engine: AsyncEngine, pid: str | None = None) -> RowMapping:
     """A new claim of ``pid`` (a new prediction without it), always by the same director
     name: a director restarted after a crash keeps its name."""
-    pid = pid or await _new_prediction(engine)
+    pid = pid or await inserted_prediction(engine)
     row = await store.claim(engine, pid, "director-a")
     assert row is not None
     return row

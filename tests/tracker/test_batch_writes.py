@@ -3,39 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker import catalog, store
+from tests.fixtures.predictions import new_predictions
+from tracker import store
 from tracker.batch_writes import _unique_rounds
 from tracker.group_commit import Batcher
-from tracker.ids import new_prediction_id
 from tracker.states import Status
 from tracker.usage import CPU, RunnerTimes
 
-SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
-
 
 async def _claimed(engine: AsyncEngine, count: int) -> list[str]:
-    account, _ = await catalog.create_account(engine, f"batch-{uuid.uuid4().hex[:8]}")
-    version = await catalog.create_version(engine, "batch", "model", SCHEMA, None)
-    news = [
-        store.NewPrediction(
-            id=new_prediction_id(),
-            account_id=account.id,
-            model="batch/model",
-            version_id=version,
-            deployment_id=None,
-            deployment=None,
-            input={"i": i},
-            webhook=None,
-            webhook_events_filter=None,
-            stream="vp-" + version,
-        )
-        for i in range(count)
-    ]
+    news = await new_predictions(engine, [{"i": i} for i in range(count)], "batch")
     rows = await store.insert_predictions(engine, news)
     assert [row["id"] for row in rows] == [new.id for new in news]  # the order given
     assert [row["input"] for row in rows] == [{"i": i} for i in range(count)]

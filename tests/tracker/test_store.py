@@ -2,40 +2,16 @@
 
 from __future__ import annotations
 
-import uuid
-
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker import catalog, store
-from tracker.ids import new_prediction_id
+from tests.fixtures.predictions import inserted_prediction
+from tracker import store
 from tracker.states import Status
 from tracker.usage import RunnerTimes
 
-SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
-
-
-async def _new_prediction(engine: AsyncEngine) -> str:
-    account, _ = await catalog.create_account(engine, f"store-{uuid.uuid4().hex[:8]}")
-    version = await catalog.create_version(engine, "store", "model", SCHEMA, None)
-    prediction = store.NewPrediction(
-        id=new_prediction_id(),
-        account_id=account.id,
-        model="store/model",
-        version_id=version,
-        deployment_id=None,
-        deployment=None,
-        input={},
-        webhook=None,
-        webhook_events_filter=None,
-        stream="vp-" + version,
-    )
-    async with engine.begin() as conn:
-        await store.insert_prediction(conn, prediction)
-    return prediction.id
-
 
 async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngine) -> None:
-    pid = await _new_prediction(engine)
+    pid = await inserted_prediction(engine, "store")
     first = await store.claim(engine, pid, "director-a")
     # director-a was found dead: director-b may take its prediction over.
     second = await store.claim(engine, pid, "director-b", takeable=("director-a",))
@@ -58,7 +34,7 @@ async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngin
 
 
 async def test_a_live_owners_claim_is_not_taken(engine: AsyncEngine) -> None:
-    pid = await _new_prediction(engine)
+    pid = await inserted_prediction(engine, "store")
     claimed = await store.claim(engine, pid, "director-a")
     assert claimed is not None and claimed["attempt"] == 1
     # A duplicate delivery elsewhere while director-a lives: nothing changes.
@@ -73,7 +49,7 @@ async def test_a_live_owners_claim_is_not_taken(engine: AsyncEngine) -> None:
 
 
 async def test_exactly_one_terminal_state(engine: AsyncEngine) -> None:
-    pid = await _new_prediction(engine)
+    pid = await inserted_prediction(engine, "store")
     claimed = await store.claim(engine, pid, "director-a")
     assert claimed is not None
     assert await store.finish(engine, pid, 1, Status.FAILED, error="boom") is not None
@@ -84,7 +60,7 @@ async def test_exactly_one_terminal_state(engine: AsyncEngine) -> None:
 
 
 async def test_cancel_of_unclaimed_prediction_is_immediate(engine: AsyncEngine) -> None:
-    pid = await _new_prediction(engine)
+    pid = await inserted_prediction(engine, "store")
     row = await store.get(engine, pid)
     assert row is not None
     canceled, now = await store.request_cancel(engine, row["account_id"], pid)
@@ -94,7 +70,7 @@ async def test_cancel_of_unclaimed_prediction_is_immediate(engine: AsyncEngine) 
 
 
 async def test_cancel_of_claimed_prediction_only_flags_it(engine: AsyncEngine) -> None:
-    pid = await _new_prediction(engine)
+    pid = await inserted_prediction(engine, "store")
     claimed = await store.claim(engine, pid, "director-a")
     assert claimed is not None
     flagged, now = await store.request_cancel(engine, claimed["account_id"], pid)
@@ -120,17 +96,17 @@ async def _usage(engine: AsyncEngine, pid: str) -> tuple[str, float, float] | No
 
 
 async def test_terminal_write_records_usage_in_the_same_statement(engine: AsyncEngine) -> None:
-    ran = await _new_prediction(engine)
+    ran = await inserted_prediction(engine, "store")
     assert await store.claim(engine, ran, "director-a") is not None
     times = RunnerTimes(predict_time=1.25)
     assert await store.finish(engine, ran, 1, Status.SUCCEEDED, times=times) is not None
     assert await _usage(engine, ran) == ("succeeded", 1.25, 1.25)
 
-    aborted = await _new_prediction(engine)
+    aborted = await inserted_prediction(engine, "store")
     assert await store.claim(engine, aborted, "director-a") is not None
     assert await store.finish(engine, aborted, 1, Status.ABORTED) is not None
     assert await _usage(engine, aborted) == ("aborted", 0.0, 0.0)  # never ran: nothing billed
 
-    fenced = await _new_prediction(engine)
+    fenced = await inserted_prediction(engine, "store")
     assert await store.finish(engine, fenced, 7, Status.FAILED) is None
     assert await _usage(engine, fenced) is None  # no terminal state, no usage row
