@@ -7,10 +7,12 @@ won from the returned row.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
+import orjson
 from sqlalchemy import (
     Float,
     Table,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.engine import RowMapping
@@ -62,12 +65,38 @@ async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMap
     return row
 
 
+_INSERT_MANY = text(
+    """
+    INSERT INTO predictions (id, account_id, model, version_id, deployment_id, deployment,
+      input, webhook, webhook_events_filter, stream, deadline, source, priority)
+    SELECT v.id, v.account_id, v.model, v.version_id, v.deployment_id, v.deployment, v.input,
+      v.webhook, v.webhook_events_filter, v.stream, v.deadline, v.source, v.priority
+    FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, account_id bigint,
+      model text, version_id text, deployment_id bigint, deployment text, input jsonb,
+      webhook text, webhook_events_filter text[], stream text, deadline timestamptz,
+      source text, priority text)
+    RETURNING *
+    """
+).columns(*predictions.c)
+
+
 async def insert_predictions(engine: AsyncEngine, news: list[NewPrediction]) -> list[RowMapping]:
-    """Several new predictions in one statement (atomic); their rows, in the order given."""
-    statement = insert(predictions).returning(predictions, sort_by_parameter_order=True)
+    """Several new predictions in one statement (atomic); their rows, in the order given.
+
+    The rows travel as one JSON parameter, so the statement's text is the same for any number
+    of rows and the server prepares it once (a multi-row VALUES differs with each count)."""
+    batch = _json_rows([_values(new) for new in news])
     async with autocommit(engine).connect() as conn:
-        result = await conn.execute(statement, [_values(new) for new in news])
-        return list(result.mappings().all())
+        result = await conn.execute(_INSERT_MANY, {"batch": batch})
+        by_id = {row["id"]: row for row in result.mappings().all()}
+    return [by_id[new.id] for new in news]
+
+
+def _json_rows(rows: list[dict[str, Any]]) -> str:
+    try:
+        return orjson.dumps(rows).decode()
+    except orjson.JSONEncodeError:  # an integer beyond 64 bits in an input, say
+        return json.dumps(rows, default=lambda value: value.isoformat())
 
 
 def _values(new: NewPrediction) -> dict[str, Any]:

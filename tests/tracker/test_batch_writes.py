@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -169,3 +171,26 @@ async def test_a_bad_item_fails_only_its_own_caller() -> None:
     results = await asyncio.gather(*(batcher.submit(n) for n in (1, 13, 2)), return_exceptions=True)
     assert results[0] == 10 and results[2] == 20 and isinstance(results[1], ValueError)
     assert writes == [[1, 13, 2], [1], [13], [2]]  # the failed batch, then each on its own
+
+
+async def test_inserted_rows_keep_every_field(engine: AsyncEngine) -> None:
+    """Rows go in as one JSON document: inputs beyond JSON's usual integers, arrays and
+    timestamps come back as given, in the order given."""
+    deadline = datetime.now(UTC) + timedelta(minutes=5)
+    news = await new_predictions(engine, [{"seed": 2**70, "text": "é\\n"}, {"n": 1.5}], "insert")
+    news[0] = replace(
+        news[0],
+        webhook="https://example.com/hook",
+        webhook_events_filter=["start", "completed"],
+        deadline=deadline,
+        priority="high",
+    )
+    rows = await store.insert_predictions(engine, news)
+    assert [row["id"] for row in rows] == [new.id for new in news]
+    first, second = rows
+    assert first["input"] == {"seed": 2**70, "text": "é\\n"}
+    assert first["webhook_events_filter"] == ["start", "completed"]
+    assert first["deadline"] == deadline and first["priority"] == "high"
+    assert first["status"] == "starting" and first["attempt"] == 0
+    assert second["input"] == {"n": 1.5} and second["deadline"] is None
+    assert second["webhook"] is None and second["webhook_events_filter"] is None
