@@ -410,6 +410,8 @@ class Director:
     async def _publishing(self, entry: Entry, row: RowMapping) -> Publishing:
         publishing = await self.outbound.publishing(row)
         publishing.events = _AttemptEvents(publishing.events, lambda: self._still_ours(entry))
+        if publishing.webhooks is not None:
+            publishing.webhooks.still_ours = lambda: self._still_ours(entry)
         return publishing
 
     async def _still_ours(self, entry: Entry) -> bool:

@@ -22,7 +22,7 @@ import asyncio
 import logging
 import secrets
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import aiohttp
 
@@ -65,6 +65,10 @@ class IntermediateSender:
         self._closed = False
         self._task: asyncio.Task[None] | None = None
         self.sent: list[str] = []
+        #: Asked before each send whether the attempt still owns the prediction: a director
+        #: paused past its lease wakes with sends queued (or a throttle timer due) and must
+        #: not deliver them once another director has taken over.
+        self.still_ours: Callable[[], Awaitable[bool]] | None = None
 
     def offer(self, event: str, body: Callable[[], str]) -> None:
         """Queue ``event``; ``body`` renders the prediction when the request is made."""
@@ -87,6 +91,10 @@ class IntermediateSender:
             delay = next_allowed - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
+            if self.still_ours is not None and not await self.still_ours():
+                self._closed = True
+                self._start = self._latest = None
+                return
             async with _slots(self.session, self.policy):
                 taken = self._take()
                 if taken is None:

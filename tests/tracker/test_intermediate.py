@@ -206,6 +206,31 @@ async def test_failures_are_not_retried() -> None:
         assert webhooks.sent == []
 
 
+async def test_a_state_waiting_out_the_interval_is_dropped_once_the_attempt_lost() -> None:
+    """A director paused past its lease wakes with a throttled send due: it asks whether the
+    prediction is still its own before sending, and sends nothing once it is not."""
+    rendered: list[int] = []
+    ours = True
+    asked = 0
+
+    async def still_ours() -> bool:
+        nonlocal asked
+        asked += 1
+        return ours
+
+    async with receiver() as target, sender(target.url) as webhooks:
+        webhooks.still_ours = still_ours
+        webhooks.offer("start", snapshot("start", 0, rendered))
+        await target.wait_until(lambda a: len(a) >= 1)
+        webhooks.offer("output", snapshot("output", 1, rendered))  # waits out the interval
+        ours = False  # meanwhile another director took the prediction over
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert asked == 2 and rendered == [0] and target.events() == ["start"]
+        webhooks.offer("output", snapshot("output", 2, rendered))  # nothing more is taken
+        assert await target.nothing_more_within(2 * INTERVAL)
+        assert rendered == [0]
+
+
 @pytest.mark.parametrize("status", [200, 500])
 async def test_close_drops_the_pending_state(status: int) -> None:
     rendered: list[int] = []
