@@ -35,7 +35,7 @@ from director.outbound import Outbound
 from director.queue import CANCEL_CHANNEL, Entry, Queue
 from director.receiver import Inflight, Receiver
 from director.reclaim import Reclaimer, Retries
-from director.runner_client import RunnerClient, RunnerError
+from director.runner_client import STOCK_COG, RunnerClient, RunnerError, SnapshotFeed
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
 from runners.protocol import HealthStatus
@@ -375,6 +375,10 @@ class Director:
         if row["cancel_requested"] or inflight.cancel.is_set():
             return await self._settled(tracker, await tracker.finish(Status.CANCELED))
         if row["status"] == Status.PROCESSING.value:
+            feed = await self._attach(entry, row)
+            if feed is not None:
+                tracker.status = Status.PROCESSING
+                return await self._execute(entry, inflight, tracker, row, feed)
             rerun = await self._rerun(row)
             if rerun is None:
                 tracker.status = Status.PROCESSING
@@ -385,10 +389,16 @@ class Director:
         return await self._execute(entry, inflight, tracker, row)
 
     async def _execute(
-        self, entry: Entry, inflight: Inflight, tracker: AttemptTracker, row: RowMapping
+        self,
+        entry: Entry,
+        inflight: Inflight,
+        tracker: AttemptTracker,
+        row: RowMapping,
+        feed: SnapshotFeed | None = None,
     ) -> bool:
+        """Run the prediction, or with ``feed`` follow the run already under way."""
         deadline = row["deadline"]
-        if deadline is not None and deadline <= datetime.now(UTC):
+        if feed is None and deadline is not None and deadline <= datetime.now(UTC):
             return await self._settled(tracker, await tracker.finish(Status.ABORTED))
         cancel_in = (deadline - datetime.now(UTC)).total_seconds() if deadline else None
         execution = Execution(
@@ -405,6 +415,8 @@ class Director:
             priority=row["priority"] or self.deployment.priority,
             backoff=self.backoff,
         )
+        if feed is not None:  # a deadline already past cancels it on the runner at once
+            return await self._settled(tracker, await execution.resume(feed))
         return await self._settled(tracker, await execution.run(row["input"]))
 
     async def _publishing(self, entry: Entry, row: RowMapping) -> Publishing:
@@ -459,6 +471,31 @@ class Director:
             return
         final = orjson.dumps(render_prediction(row, self.outbound.policy.public_url)).decode()
         await events.finish(prediction_id, row["status"], row["error"], final=final)
+
+    async def _attach(self, entry: Entry, row: RowMapping) -> SnapshotFeed | None:
+        """The run a dead director left behind, when this director's runner is still running
+        it: from now on its snapshots come here, and nothing runs twice. Only a Conduit runner
+        can be asked; a stock Cog server would start a second run."""
+        if self.monitor.capabilities.kind == STOCK_COG.kind:
+            return None
+        try:
+            feed = await self.runner.attach(
+                entry.prediction_id,
+                row["input"],
+                self.receiver.webhook_url(entry.prediction_id, row["attempt"]),
+                tenant=str(row["account_id"]),
+                priority=row["priority"] or self.deployment.priority,
+            )
+        except RunnerError as error:
+            log.info("could not ask the runner about %s: %r", entry.prediction_id, error)
+            return None
+        if feed is not None:
+            log.info(
+                "%s is still running on the runner: following it (attempt %d)",
+                entry.prediction_id,
+                row["attempt"],
+            )
+        return feed
 
     async def _rerun(self, row: RowMapping) -> RowMapping | None:
         """A run lost with its director starts over if the deployment allows another run;

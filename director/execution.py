@@ -147,6 +147,16 @@ class Execution:
             if self.inflight.cancel.is_set():
                 return await self.tracker.finish(Status.CANCELED)
             return await self._finish_at_limit()
+        return await self._following()
+
+    async def resume(self, feed: SnapshotFeed) -> RowMapping | None:
+        """Follow a run that an earlier attempt started and the runner is still running
+        (``RunnerClient.attach``): its snapshots now come here, the state so far first."""
+        self._accepted_at = self._loop.time()
+        self._feed_task = asyncio.create_task(self._read_feed(feed))
+        return await self._following()
+
+    async def _following(self) -> RowMapping | None:
         try:
             return await self._follow()
         except _Lost:

@@ -91,6 +91,10 @@ class RateLimited(RunnerRefused):
     state = "rate limited (429 tenant over its limit)"
 
 
+class _NotRunning(RunnerError):
+    """412 to an attach: the runner is not running the prediction."""
+
+
 class InputRejected(Exception):
     """422: the runner refused the input. A prediction failure, not an infrastructure one."""
 
@@ -219,10 +223,46 @@ class RunnerClient:
         (a stock Cog server ignores them). Raises a ``RunnerRefused`` when it will not take the
         prediction now.
         """
+        return await self._put(prediction_id, input, webhook, tenant, priority, {})
+
+    async def attach(
+        self,
+        prediction_id: str,
+        input: dict[str, Any],
+        webhook: str,
+        tenant: str | None = None,
+        priority: str = "normal",
+    ) -> SnapshotFeed | None:
+        """Follow a run a Conduit runner is still running (its director died): the same
+        ``PUT`` with ``If-Match: *``, which starts nothing. The feed of its snapshots, the
+        state so far first; None when the runner is not running it (412).
+
+        Only for Conduit runners: a stock Cog server ignores ``If-Match`` and would start a
+        second run.
+        """
+        try:
+            return await self._put(
+                prediction_id, input, webhook, tenant, priority, {"If-Match": "*"}
+            )
+        except RunnerError as error:
+            if isinstance(error, _NotRunning):
+                return None
+            raise
+
+    async def _put(
+        self,
+        prediction_id: str,
+        input: dict[str, Any],
+        webhook: str,
+        tenant: str | None,
+        priority: str,
+        extra_headers: dict[str, str],
+    ) -> SnapshotFeed | None:
         headers = {
             "Prefer": "respond-async",
             "Accept": f"{NDJSON}, application/json",
             "X-Priority": priority,
+            **extra_headers,
         }
         if tenant is not None:
             headers["X-Tenant-ID"] = tenant
@@ -249,6 +289,8 @@ class RunnerClient:
                     response.release()
         except (aiohttp.ClientError, TimeoutError) as error:
             raise RunnerError(f"runner unreachable: {error!r}") from error
+        if response.status == 412:
+            raise _NotRunning(text[:500])
         refusal = _refusal(response.status, response.headers, text[:500])
         if refusal is not None:
             raise refusal

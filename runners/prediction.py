@@ -136,6 +136,15 @@ class Prediction:
         self._model_task.cancel()
         return True
 
+    def redirect(self, sink: SnapshotSink) -> None:
+        """Send snapshots to ``sink`` from now on (a director that took this prediction over),
+        starting with the state so far; the previous sink hears nothing more."""
+        previous, self._webhook = self._webhook, sink
+        if previous is not None and previous is not sink:
+            previous.close()
+        if self.status is RunnerStatus.PROCESSING:
+            sink.send(WebhookEvent.START, self.snapshot())
+
     async def wait(self) -> None:
         await self._done.wait()
 

@@ -213,10 +213,18 @@ async def _run(
     request: web.Request, prediction_id: str, body: PredictionRequest
 ) -> web.StreamResponse:
     service = request.app[SERVICE]
+    options = _options(request)
     if (existing := service.get(prediction_id)) is not None:
         request[_PREDICTION] = existing
+        if options.stream:  # a director that took it over: its snapshots go there now
+            stream = SnapshotStream(body.webhook_events_filter, fallback=service.fallback(body))
+            existing.redirect(stream)
+            return await _stream(request, stream, {})
         return _json(existing.snapshot(with_input=True), 202)
-    options = _options(request)
+    if request.headers.get("If-Match", "").strip() == "*":
+        # Attach only: nothing runs under this id here, and nothing may start.
+        detail = f"prediction {prediction_id} is not running on this runner"
+        return problem(412, "not-running", "Prediction is not running here", detail)
     trace = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
     try:
         admitted = service.submit(prediction_id, body, trace, options)

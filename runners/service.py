@@ -230,9 +230,7 @@ class RunnerService:
         except RateLimitedError:
             self.scheduler.release(ticket)
             raise
-        sender: SnapshotSink | None = None
-        if request.webhook:
-            sender = self.webhooks.sender(request.webhook, request.webhook_events_filter, trace)
+        sender = self.fallback(request, trace)
         stream = None
         if options.stream:
             stream = SnapshotStream(request.webhook_events_filter, fallback=sender)
@@ -255,6 +253,14 @@ class RunnerService:
         self._drivers.add(driver)
         driver.add_done_callback(self._drivers.discard)
         return Admitted(prediction, rate, stream)
+
+    def fallback(
+        self, request: PredictionRequest, trace: Mapping[str, str] | None = None
+    ) -> SnapshotSink | None:
+        """The request's webhook sender, if it named a webhook."""
+        if not request.webhook:
+            return None
+        return self.webhooks.sender(request.webhook, request.webhook_events_filter, trace or {})
 
     def refused(self, tenant: str, reason: str) -> None:
         self.metrics.requests.labels(self.model.name, tenant, reason).inc()

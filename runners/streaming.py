@@ -8,6 +8,11 @@ round trips (two HTTP exchanges, and the work of both ends). A stock Cog client 
 sees coglet's behaviour; a stock Cog server never answers so, and the director falls back to
 webhooks.
 
+A ``PUT`` with ``If-Match: *`` as well *attaches*: it is answered with the stream only if the
+prediction is running here (``412`` otherwise, and nothing starts). A director that took over a
+prediction whose previous director died follows the run that way instead of starting it again;
+the snapshots go to the newest caller from then on, and the previous stream ends.
+
 The stream is a transport, not a contract: if the connection goes away before the end (the
 director restarted, a proxy cut it), whatever was not written yet goes to the request's
 ``webhook`` URL through the usual :class:`~runners.webhooks.WebhookSender`, as if the stream
@@ -52,11 +57,14 @@ class SnapshotStream:
         self._pending: list[tuple[WebhookEvent, dict[str, Any]]] = []
         self._wake = asyncio.Event()
         self._detached = False
+        self._closed = False
 
     def send(self, event: WebhookEvent, snapshot: dict[str, Any]) -> None:
         """Queue ``snapshot``; the terminal one (``completed``) always goes, as it ends the
         response. A newer output or logs snapshot replaces a queued one of the same kind that
         has not been written yet: snapshots are cumulative."""
+        if self._closed:
+            return
         if self._detached:
             if self._fallback is not None:
                 self._fallback.send(event, snapshot)
@@ -80,6 +88,9 @@ class SnapshotStream:
         try:
             while True:
                 if not self._pending:
+                    if self._closed:
+                        await response.write_eof()  # ends without a terminal snapshot
+                        return
                     self._wake.clear()
                     await self._wake.wait()
                     continue
@@ -99,8 +110,18 @@ class SnapshotStream:
             self._detach(batch)
             raise
 
+    def close(self) -> None:
+        """Another caller took the prediction over: write what is queued, end the response
+        without a terminal snapshot, and send nothing more, by either way."""
+        self._closed = True
+        self._wake.set()
+        if self._fallback is not None:
+            self._fallback.close()
+
     def _detach(self, unwritten: list[tuple[WebhookEvent, dict[str, Any]]]) -> None:
         self._detached = True
+        if self._closed:
+            return
         rest, self._pending = [*unwritten, *self._pending], []
         if self._fallback is None:
             if rest:

@@ -34,6 +34,9 @@ class SnapshotSink(Protocol):
 
     def send(self, event: WebhookEvent, snapshot: dict[str, Any]) -> None: ...
 
+    def close(self) -> None:
+        """Nothing more will be sent here (another caller took the prediction over)."""
+
 
 class WebhookDispatcher:
     """Owns the runner's one HTTP client session and every sender task, for draining."""
@@ -113,6 +116,8 @@ class WebhookSender:
 
     def send(self, event: WebhookEvent, snapshot: dict[str, Any]) -> None:
         """Queue ``snapshot`` for ``event``; never blocks. ``completed`` ends the sender."""
+        if self._finished:
+            return
         if event is WebhookEvent.COMPLETED:
             self._finished = True
             if event in self.events:
@@ -124,6 +129,12 @@ class WebhookSender:
         self._wake.set()
         if self._task is None:
             self._task = self._dispatcher.spawn(self)
+
+    def close(self) -> None:
+        """Send nothing more, not even what is still pending (its receiver is gone)."""
+        self._finished = True
+        self._pending = self._terminal = None
+        self._wake.set()
 
     def _throttled(self, event: WebhookEvent) -> bool:
         # Only logs are throttled: coglet learned that throttling output made the director
