@@ -130,6 +130,9 @@ class Drill:
             ).fetchall()
         return {row[0]: (row[1], row[2], row[3]) for row in rows}
 
+    def status(self, prediction_id: str) -> str:
+        return self.statuses([prediction_id])[prediction_id][0]
+
     def settle(self, timeout: float = 120) -> dict[str, tuple[str, int, str | None]]:
         def all_terminal() -> tuple[dict[str, tuple[str, int, str | None]]] | None:
             states = self.statuses()

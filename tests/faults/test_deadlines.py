@@ -27,10 +27,6 @@ def _create(drill: Drill, token: str, name: str, input: dict[str, object], after
     return str(body["id"])
 
 
-def _state(drill: Drill, prediction_id: str) -> str:
-    return drill.statuses([prediction_id])[prediction_id][0]
-
-
 def test_deadlines(drill: Drill) -> None:
     runner, url = drill.launcher.runner("faulty", 1)
     register_faulty(drill, url)
@@ -43,27 +39,27 @@ def test_deadlines(drill: Drill) -> None:
     expires = time.monotonic() + 1.0
     wait_for(lambda: time.monotonic() > expires, "the deadline to pass")
     director = drill.director(name, url, concurrency=1)
-    wait_for(lambda: _state(drill, stale) in TERMINAL, "stale prediction handled")
-    assert _state(drill, stale) == "aborted"
+    wait_for(lambda: drill.status(stale) in TERMINAL, "stale prediction handled")
+    assert drill.status(stale) == "aborted"
     assert drill.invocations()[stale] == 0
 
     # Running past its deadline: the runner is told to cancel and confirms.
     began = time.monotonic()
     running = _create(drill, token, name, {"n": 100, "delay": 0.1}, "2s")
-    wait_for(lambda: _state(drill, running) in TERMINAL, "deadline cancel", timeout=15)
-    assert _state(drill, running) == "canceled"
+    wait_for(lambda: drill.status(running) in TERMINAL, "deadline cancel", timeout=15)
+    assert drill.status(running) == "canceled"
     assert time.monotonic() - began < 2 + GRACE + 2
 
     # A wedged runner ignores the cancel: the director records "canceled" after its grace and
     # takes no more work until the runner's health check says READY again.
     began = time.monotonic()
     wedged = _create(drill, token, name, {"n": 40, "delay": 0.1, "ignore_cancel": True}, "1s")
-    wait_for(lambda: _state(drill, wedged) in TERMINAL, "wedged cancel", timeout=15)
-    assert _state(drill, wedged) == "canceled"
+    wait_for(lambda: drill.status(wedged) in TERMINAL, "wedged cancel", timeout=15)
+    assert drill.status(wedged) == "canceled"
     assert time.monotonic() - began < 1 + GRACE + 2
     follow = _create(drill, token, name, {"prompt": "after"}, "60s")
-    wait_for(lambda: _state(drill, follow) in TERMINAL, "follow-up", timeout=20)
-    assert _state(drill, follow) == "succeeded"
+    wait_for(lambda: drill.status(follow) in TERMINAL, "follow-up", timeout=20)
+    assert drill.status(follow) == "succeeded"
     assert "runner ignored a cancel" in director.log()
     verify(drill, "8 deadlines: aborted, canceled, wedged runner", started)
     runner.stop()

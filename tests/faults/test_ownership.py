@@ -22,10 +22,6 @@ CLAIM = float(FAST_DIRECTOR["claim_interval"])
 RECLAIM_MARGIN = 1.5
 
 
-def _status(drill: Drill, prediction_id: str) -> str:
-    return drill.statuses([prediction_id])[prediction_id][0]
-
-
 def _events(drill: Drill, prediction_id: str) -> list[str]:
     """Types of the prediction's events, in order."""
     with redis.Redis.from_url(drill.redis_url) as r:
@@ -42,20 +38,20 @@ def test_long_job_keeps_its_director_and_a_dead_ones_job_is_reclaimed(drill: Dri
     started = time.monotonic()
     long_id = drill.submit(token, name, {"n": 1, "delay": 3 * VISIBILITY})
     assert long_id
-    wait_for(lambda: _status(drill, long_id) == "processing", "long job running")
+    wait_for(lambda: drill.status(long_id) == "processing", "long job running")
     rival = drill.director(name, url_b, concurrency=1)  # would reclaim it, were it idle
-    wait_for(lambda: _status(drill, long_id) in TERMINAL, "long job done", timeout=30)
-    assert _status(drill, long_id) == "succeeded"
+    wait_for(lambda: drill.status(long_id) in TERMINAL, "long job done", timeout=30)
+    assert drill.status(long_id) == "succeeded"
     assert drill.invocations()[long_id] == 1  # never stolen while its director lived
 
     rival.stop()  # so the next job surely goes to the owner
     doomed = drill.submit(token, name, {"n": 1, "delay": 30})
     assert doomed
-    wait_for(lambda: _status(drill, doomed) == "processing", "second long job running")
+    wait_for(lambda: drill.status(doomed) == "processing", "second long job running")
     drill.director(name, url_b, concurrency=1)
     owner.kill()
     killed_at = time.monotonic()
-    wait_for(lambda: _status(drill, doomed) in TERMINAL, "reclaimed", timeout=VISIBILITY + 10)
+    wait_for(lambda: drill.status(doomed) in TERMINAL, "reclaimed", timeout=VISIBILITY + 10)
     reclaim_seconds = time.monotonic() - killed_at
     state, _, error = drill.statuses([doomed])[doomed]
     assert state == "failed" and "interrupted" in (error or "")
@@ -85,14 +81,14 @@ def test_zombie_director_changes_nothing(drill: Drill) -> None:
         assert response.status_code == 201
         prediction_id = response.json()["id"]
         drill.submitted.append(Submitted(prediction_id, token, name, time.monotonic()))
-        wait_for(lambda: _status(drill, prediction_id) == "processing", "running on A")
+        wait_for(lambda: drill.status(prediction_id) == "processing", "running on A")
         assert zombie.popen is not None
         zombie.popen.send_signal(signal.SIGSTOP)
         try:
             drill.director(name, url_b, concurrency=1)
             # B reclaims past the visibility timeout and runs it again (max_attempts=2).
             wait_for(
-                lambda: _status(drill, prediction_id) in TERMINAL,
+                lambda: drill.status(prediction_id) in TERMINAL,
                 "finished by the second director",
                 timeout=40,
             )

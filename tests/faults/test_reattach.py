@@ -17,10 +17,6 @@ OUTPUTS = 12
 DELAY = 0.5  # seconds per output: a 6 s run, longer than a director's restart and reclaim
 
 
-def _status(drill: Drill, prediction_id: str) -> str:
-    return drill.statuses([prediction_id])[prediction_id][0]
-
-
 def test_restarted_director_follows_the_run_its_runner_kept(drill: Drill) -> None:
     _, url = drill.launcher.runner("faulty", 1)
     register_faulty(drill, url)
@@ -30,12 +26,12 @@ def test_restarted_director_follows_the_run_its_runner_kept(drill: Drill) -> Non
     started = time.monotonic()
     prediction_id = drill.submit(token, name, {"n": OUTPUTS, "delay": DELAY})
     assert prediction_id
-    wait_for(lambda: _status(drill, prediction_id) == "processing", "running")
+    wait_for(lambda: drill.status(prediction_id) == "processing", "running")
     first.kill()
     killed_at = time.monotonic()
     # Same deployment and runner: the same director name, which takes its own claim back.
     second = drill.director(name, url, concurrency=1)
-    wait_for(lambda: _status(drill, prediction_id) in TERMINAL, "finished", timeout=30)
+    wait_for(lambda: drill.status(prediction_id) in TERMINAL, "finished", timeout=30)
     assert time.monotonic() - killed_at < OUTPUTS * DELAY + 10
 
     status, claims, error = drill.statuses([prediction_id])[prediction_id]
