@@ -28,12 +28,11 @@ from typing import Any, ClassVar
 import aiohttp
 from multidict import CIMultiDictProxy
 
-from runners.protocol import ALL_WEBHOOK_EVENTS, HealthCheck, HealthStatus, PredictionResponse
+from runners import protocol as wire
+from runners.protocol import ALL_WEBHOOK_EVENTS, HealthCheck, PredictionResponse, Priority
 from tracker.usage import UNKNOWN_HARDWARE
 
 log = logging.getLogger(__name__)
-PROBLEM_JSON = "application/problem+json"
-NDJSON = "application/x-ndjson"
 #: A snapshot stream lasts as long as its prediction: only connecting is bounded here.
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
 #: How long a start may take to be answered (accepted, refused, or its stream begun).
@@ -151,14 +150,14 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
 
 
 def _refusal(status: int, headers: CIMultiDictProxy[str], text: str) -> RunnerRefused | None:
-    retry_after = parse_retry_after(headers.get("Retry-After"))
+    retry_after = parse_retry_after(headers.get(wire.RETRY_AFTER))
     if status == 409:
         return RunnerBusy(text, retry_after)
     if status == 429:
         return RateLimited(text, retry_after)
     if status == 503:
         # A full queue answers problem+json; Cog's "not ready" answers {"error", "status"}.
-        if headers.get("Content-Type", "").startswith(PROBLEM_JSON):
+        if headers.get("Content-Type", "").startswith(wire.PROBLEM_JSON):
             return RunnerSaturated(text, retry_after)
         return RunnerNotReady(text, retry_after)
     return None
@@ -208,7 +207,7 @@ class RunnerClient:
         input: dict[str, Any],
         webhook: str,
         tenant: str | None = None,
-        priority: str = "normal",
+        priority: str = Priority.NORMAL,
     ) -> SnapshotFeed | None:
         """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
 
@@ -231,7 +230,7 @@ class RunnerClient:
         input: dict[str, Any],
         webhook: str,
         tenant: str | None = None,
-        priority: str = "normal",
+        priority: str = Priority.NORMAL,
     ) -> SnapshotFeed | None:
         """Follow a run a Conduit runner is still running (its director died): the same
         ``PUT`` with ``If-Match: *``, which starts nothing. The feed of its snapshots, the
@@ -242,7 +241,7 @@ class RunnerClient:
         """
         try:
             return await self._put(
-                prediction_id, input, webhook, tenant, priority, {"If-Match": "*"}
+                prediction_id, input, webhook, tenant, priority, {wire.IF_MATCH: wire.ATTACH}
             )
         except RunnerError as error:
             if isinstance(error, _NotRunning):
@@ -259,26 +258,26 @@ class RunnerClient:
         extra_headers: dict[str, str],
     ) -> SnapshotFeed | None:
         headers = {
-            "Prefer": "respond-async",
-            "Accept": f"{NDJSON}, application/json",
-            "X-Priority": priority,
+            wire.PREFER: wire.RESPOND_ASYNC,
+            "Accept": f"{wire.NDJSON}, {wire.JSON}",
+            wire.PRIORITY: priority,
             **extra_headers,
         }
         if tenant is not None:
-            headers["X-Tenant-ID"] = tenant
+            headers[wire.TENANT_ID] = tenant
         body = {
             "id": prediction_id,
             "input": input,
             "webhook": webhook,
             "webhook_events_filter": [event.value for event in ALL_WEBHOOK_EVENTS],
         }
-        url = f"{self.base_url}/predictions/{prediction_id}"
+        url = self.base_url + wire.PREDICTION_PATH.format(id=prediction_id)
         try:
             async with asyncio.timeout(START_ANSWER_TIMEOUT):
                 response = await self.session.put(
                     url, json=body, headers=headers, timeout=_STREAM_TIMEOUT
                 )
-                if response.status == 200 and response.content_type == NDJSON:
+                if response.status == 200 and response.content_type == wire.NDJSON:
                     return SnapshotFeed(response)
                 try:
                     if response.status in (200, 201, 202):
@@ -300,7 +299,7 @@ class RunnerClient:
 
     async def cancel(self, prediction_id: str) -> bool:
         """True when the runner knew the prediction (200); False for 404."""
-        url = f"{self.base_url}/predictions/{prediction_id}/cancel"
+        url = self.base_url + wire.CANCEL_PATH.format(id=prediction_id)
         try:
             async with self.session.post(url) as response:
                 await response.read()
@@ -308,15 +307,11 @@ class RunnerClient:
         except (aiohttp.ClientError, TimeoutError) as error:
             raise RunnerError(f"runner unreachable: {error!r}") from error
 
-    async def health(self) -> HealthStatus:
-        check = await self.health_check()
-        return HealthStatus.UNKNOWN if check is None else check.status
-
     async def health_check(self) -> HealthCheck | None:
         """The runner's ``/health-check`` document; None when it cannot be had."""
         try:
             async with self.session.get(
-                f"{self.base_url}/health-check", timeout=aiohttp.ClientTimeout(total=5)
+                f"{self.base_url}{wire.HEALTH_CHECK_PATH}", timeout=aiohttp.ClientTimeout(total=5)
             ) as response:
                 if response.status != 200:
                     return None
@@ -329,7 +324,7 @@ class RunnerClient:
         answers something unreadable; None when it cannot say yet (starting, unreachable)."""
         try:
             async with self.session.get(
-                f"{self.base_url}/v1/capabilities", timeout=aiohttp.ClientTimeout(total=5)
+                f"{self.base_url}{wire.CAPABILITIES_PATH}", timeout=aiohttp.ClientTimeout(total=5)
             ) as response:
                 if response.status == 200:
                     try:

@@ -23,6 +23,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from runners import protocol as wire
 from runners.cache import FlushScope
 from runners.errors import CacheBusyError, LifecycleConflictError, UnknownModelError
 from runners.model import ModelCacheFlush
@@ -33,7 +34,7 @@ from runners.state import SERVICE
 
 
 def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+    return web.Response(body=orjson.dumps(body), status=status, content_type=wire.JSON)
 
 
 def _code(error: OpTokenError) -> str:
@@ -100,7 +101,9 @@ async def capabilities(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     if service.starting or service.stopping:
         state = "starting" if service.starting else "stopping"
-        return problem(503, state, "Runner unavailable", f"runner is {state}", {"Retry-After": "1"})
+        return problem(
+            503, state, "Runner unavailable", f"runner is {state}", {wire.RETRY_AFTER: "1"}
+        )
     return _json(await service.capabilities())
 
 
@@ -118,7 +121,7 @@ async def load_model(request: web.Request) -> web.Response:
     except (LifecycleConflictError, UnknownModelError) as error:
         return _conflict(error)
     response = _json(service.lifecycle.describe(task), 202)
-    response.headers["Location"] = f"/v1/models/load/{task.id}"
+    response.headers["Location"] = wire.LOAD_TASK_PATH.format(task_id=task.id)
     return response
 
 
@@ -213,10 +216,10 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def add_control_routes(app: web.Application) -> None:
-    app.router.add_get("/v1/capabilities", capabilities)
-    app.router.add_post("/v1/models/load", load_model)
-    app.router.add_get("/v1/models/load/{task_id}", load_task)
-    app.router.add_post("/v1/models/unload", unload_model)
-    app.router.add_post("/v1/cache/flush", flush_cache)
-    app.router.add_get("/health", health)
-    app.router.add_get("/metrics", metrics)
+    app.router.add_get(wire.CAPABILITIES_PATH, capabilities)
+    app.router.add_post(wire.LOAD_PATH, load_model)
+    app.router.add_get(wire.LOAD_TASK_PATH, load_task)
+    app.router.add_post(wire.UNLOAD_PATH, unload_model)
+    app.router.add_post(wire.CACHE_FLUSH_PATH, flush_cache)
+    app.router.add_get(wire.HEALTH_PATH, health)
+    app.router.add_get(wire.METRICS_PATH, metrics)

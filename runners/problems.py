@@ -7,7 +7,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-PROBLEM = "application/problem+json"
+from runners.protocol import PROBLEM_JSON
 
 
 def problem(
@@ -28,5 +28,5 @@ def problem(
         **extra,
     }
     return web.Response(
-        body=orjson.dumps(body), status=status, content_type=PROBLEM, headers=headers
+        body=orjson.dumps(body), status=status, content_type=PROBLEM_JSON, headers=headers
     )

@@ -1,18 +1,96 @@
-"""Cog's HTTP wire protocol, as pydantic models.
+"""The director <-> runner contract: Cog's HTTP wire protocol plus Conduit's additions.
 
 This module is the only contract between a director and a runner: the director imports it
-and nothing else from ``runners``. It describes what coglet 0.23.1 sends and accepts (see the
-reference notes): a runner's webhook and terminal payloads carry only ``id``, ``status``,
+and nothing else from ``runners``, and neither side spells a media type, header name or wire
+value of the contract anywhere else. It describes what coglet 0.23.1 sends and accepts (see
+the reference notes): a runner's webhook and terminal payloads carry only ``id``, ``status``,
 ``logs``, ``output``, ``error`` and ``metrics`` -- never ``input`` or timestamps, which the
 platform fills in itself.
+
+Conduit's additions, all ignored by (and absent from) a stock Cog server:
+
+- ``Accept: application/x-ndjson`` on a ``PUT /predictions/<id>`` asks for the prediction's
+  snapshots down the response (:mod:`runners.streaming`); ``If-Match: *`` makes the ``PUT`` an
+  attach that starts nothing (``412`` when the prediction is not running there).
+- ``X-Tenant-ID`` and ``X-Priority`` (and ``X-Cache-Mode`` / ``X-Cache-Tag``) on requests;
+  ``X-Queue-Wait-Ms``, ``X-GPU-Time-Ms``, ``X-Processing-Time``, ``X-Cache-Hit`` and
+  ``X-Cache-Tokens-Reused`` on every prediction response.
+- The control API of the runner API spec (seed 004), whose documents are modelled here with
+  the spec's field names (:class:`Capabilities`).
+- Refusals that are not Cog's own are RFC 9457 problem+json; ``code`` names them.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
+
+# media types
+JSON: Final = "application/json"
+NDJSON: Final = "application/x-ndjson"
+"""One snapshot per line, down the response of the ``PUT`` that started the prediction."""
+PROBLEM_JSON: Final = "application/problem+json"
+
+# request headers
+PREFER: Final = "Prefer"
+RESPOND_ASYNC: Final = "respond-async"
+"""``Prefer: respond-async``: answer 202 at once (Cog)."""
+IF_MATCH: Final = "If-Match"
+ATTACH: Final = "*"
+"""``If-Match: *``: follow the prediction if it runs here; start nothing (412 otherwise)."""
+TENANT_ID: Final = "X-Tenant-ID"
+PRIORITY: Final = "X-Priority"
+CACHE_MODE: Final = "X-Cache-Mode"
+CACHE_TAG: Final = "X-Cache-Tag"
+
+# response headers
+RETRY_AFTER: Final = "Retry-After"
+QUEUE_WAIT_MS: Final = "X-Queue-Wait-Ms"
+GPU_TIME_MS: Final = "X-GPU-Time-Ms"
+PROCESSING_TIME: Final = "X-Processing-Time"
+"""Seconds (a decimal) the runner spent on the request."""
+CACHE_HIT: Final = "X-Cache-Hit"
+CACHE_TOKENS_REUSED: Final = "X-Cache-Tokens-Reused"
+RATE_LIMIT_LIMIT: Final = "X-RateLimit-Limit"
+RATE_LIMIT_REMAINING: Final = "X-RateLimit-Remaining"
+RATE_LIMIT_RESET: Final = "X-RateLimit-Reset"
+
+# paths: Cog's, then the control API's (the spec's)
+HEALTH_CHECK_PATH: Final = "/health-check"
+PREDICTION_PATH: Final = "/predictions/{id}"
+CANCEL_PATH: Final = "/predictions/{id}/cancel"
+CAPABILITIES_PATH: Final = "/v1/capabilities"
+LOAD_PATH: Final = "/v1/models/load"
+LOAD_TASK_PATH: Final = "/v1/models/load/{task_id}"
+UNLOAD_PATH: Final = "/v1/models/unload"
+CACHE_FLUSH_PATH: Final = "/v1/cache/flush"
+HEALTH_PATH: Final = "/health"
+METRICS_PATH: Final = "/metrics"
+
+
+class Priority(enum.StrEnum):
+    """``X-Priority``: how urgent a prediction is; a runner's queue serves high first."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+
+    @classmethod
+    def parse(cls, value: str | None) -> Priority:
+        """The header's value; anything unknown counts as normal (it is a hint, not a contract)."""
+        try:
+            return cls((value or cls.NORMAL).strip().lower())
+        except ValueError:
+            return cls.NORMAL
+
+
+class ErrorCode(enum.StrEnum):
+    """The spec's ``error.code`` of a refused inference request."""
+
+    QUEUE_FULL = "queue_full"
+    RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
 
 
 class RunnerStatus(enum.StrEnum):
@@ -52,10 +130,6 @@ class HealthStatus(enum.StrEnum):
     SETUP_FAILED = "SETUP_FAILED"
     DEFUNCT = "DEFUNCT"
     UNHEALTHY = "UNHEALTHY"
-
-    @property
-    def accepts_work(self) -> bool:
-        return self in (HealthStatus.READY, HealthStatus.BUSY)
 
 
 class PredictionRequest(BaseModel):

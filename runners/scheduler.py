@@ -19,33 +19,16 @@ import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from runners.errors import AtCapacityError, QueueFullError
+from runners.protocol import Priority
 
 _RECENT = 256
 """Waits and run times remembered for averages and the p95."""
 
 
-class Priority(StrEnum):
-    HIGH = "high"
-    NORMAL = "normal"
-    LOW = "low"
-
-    @property
-    def rank(self) -> int:
-        return _RANKS[self]
-
-    @classmethod
-    def parse(cls, value: str | None) -> Priority:
-        """The header's value; anything unknown counts as normal (it is a hint, not a contract)."""
-        try:
-            return cls((value or "normal").strip().lower())
-        except ValueError:
-            return cls.NORMAL
-
-
 _RANKS = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+"""Queue order: lower first."""
 
 
 @dataclass(eq=False)
@@ -100,7 +83,7 @@ class Scheduler:
         if self.depth >= self.max_queue_depth:
             raise QueueFullError(self.depth, self.retry_after())
         ticket._granted = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._queue, (priority.rank, next(self._order), ticket))
+        heapq.heappush(self._queue, (_RANKS[priority], next(self._order), ticket))
         return ticket
 
     async def acquire(self, ticket: Ticket) -> None:

@@ -24,6 +24,7 @@ from aiohttp import web
 from aiohttp.log import access_logger
 
 from runners import COG_VERSION
+from runners import protocol as wire
 from runners.cache import CacheMode
 from runners.config import RunnerConfig
 from runners.control import add_control_routes
@@ -41,11 +42,10 @@ from runners.model import Model
 from runners.models import get_model
 from runners.prediction import Prediction
 from runners.problems import problem
-from runners.protocol import PredictionRequest
-from runners.scheduler import Priority
+from runners.protocol import PredictionRequest, Priority
 from runners.service import RequestOptions, RunnerService
 from runners.state import SERVICE
-from runners.streaming import NDJSON, SnapshotStream, wants_stream
+from runners.streaming import SnapshotStream, wants_stream
 
 __all__ = ["SERVICE", "create_app", "run_app", "serve"]
 
@@ -63,10 +63,10 @@ _BEGAN = web.RequestKey("began", float)
 _DISCOVERY = {
     "cog_version": COG_VERSION,
     "docs_url": "/docs",
-    "healthcheck_url": "/health-check",
+    "healthcheck_url": wire.HEALTH_CHECK_PATH,
     "openapi_url": "/openapi.json",
-    "predictions_cancel_url": "/predictions/{prediction_id}/cancel",
-    "predictions_idempotent_url": "/predictions/{prediction_id}",
+    "predictions_cancel_url": wire.CANCEL_PATH.format(id="{prediction_id}"),
+    "predictions_idempotent_url": wire.PREDICTION_PATH.format(id="{prediction_id}"),
     "predictions_url": "/predictions",
     "shutdown_url": "/shutdown",
 }
@@ -75,7 +75,7 @@ _DISCOVERY = {
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     # coglet serialises through a sorted map; match its key order byte for byte.
     data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    return web.Response(body=data, status=status, content_type="application/json", headers=headers)
+    return web.Response(body=data, status=status, content_type=wire.JSON, headers=headers)
 
 
 def _status_failed(message: str, status: int) -> web.Response:
@@ -112,15 +112,15 @@ def _validation_response(error: InputValidationError) -> web.Response:
 def _options(request: web.Request) -> RequestOptions:
     headers = request.headers
     try:
-        mode = CacheMode((headers.get("X-Cache-Mode") or "default").strip().lower())
+        mode = CacheMode((headers.get(wire.CACHE_MODE) or "default").strip().lower())
     except ValueError:
         modes = ", ".join(m.value for m in CacheMode)
-        raise web.HTTPBadRequest(text=f"X-Cache-Mode must be one of {modes}") from None
+        raise web.HTTPBadRequest(text=f"{wire.CACHE_MODE} must be one of {modes}") from None
     return RequestOptions(
-        tenant=(headers.get("X-Tenant-ID") or "default").strip() or "default",
-        priority=Priority.parse(headers.get("X-Priority")),
+        tenant=(headers.get(wire.TENANT_ID) or "default").strip() or "default",
+        priority=Priority.parse(headers.get(wire.PRIORITY)),
         cache_mode=mode,
-        cache_tag=headers.get("X-Cache-Tag") or None,
+        cache_tag=headers.get(wire.CACHE_TAG) or None,
         stream=wants_stream(headers.get("Accept")),
     )
 
@@ -133,11 +133,11 @@ def _timing_headers(prediction: Prediction | None, began: float) -> dict[str, st
         queue_wait = prediction.queue_wait_time if prediction.ticket.granted_at else 0.0
         gpu_time, hit, reused = prediction.gpu_time, prediction.cache_hit, prediction.tokens_reused
     return {
-        "X-Queue-Wait-Ms": str(round(queue_wait * 1000)),
-        "X-GPU-Time-Ms": str(round(gpu_time * 1000)),
-        "X-Processing-Time": f"{time.monotonic() - began:.6f}",
-        "X-Cache-Hit": "true" if hit else "false",
-        "X-Cache-Tokens-Reused": str(reused),
+        wire.QUEUE_WAIT_MS: str(round(queue_wait * 1000)),
+        wire.GPU_TIME_MS: str(round(gpu_time * 1000)),
+        wire.PROCESSING_TIME: f"{time.monotonic() - began:.6f}",
+        wire.CACHE_HIT: "true" if hit else "false",
+        wire.CACHE_TOKENS_REUSED: str(reused),
     }
 
 
@@ -163,9 +163,9 @@ def _rate_headers(rate: RateLimit | None) -> dict[str, str]:
     if rate is None:
         return {}
     return {
-        "X-RateLimit-Limit": str(rate.limit),
-        "X-RateLimit-Remaining": str(rate.remaining),
-        "X-RateLimit-Reset": str(math.ceil(rate.reset_at)),
+        wire.RATE_LIMIT_LIMIT: str(rate.limit),
+        wire.RATE_LIMIT_REMAINING: str(rate.remaining),
+        wire.RATE_LIMIT_RESET: str(math.ceil(rate.reset_at)),
     }
 
 
@@ -194,7 +194,7 @@ def _refusal(error: RunnerError) -> web.Response:
     if isinstance(error, ModelNotLoadedError):
         body = orjson.dumps({"error": str(error), "status": "failed"}, option=orjson.OPT_SORT_KEYS)
         return web.Response(
-            body=body, status=503, content_type="application/json", headers={"Retry-After": "5"}
+            body=body, status=503, content_type=wire.JSON, headers={"Retry-After": "5"}
         )
     if isinstance(error, NotReadyError):
         return _status_failed(str(error), 503)
@@ -221,7 +221,7 @@ async def _run(
             existing.redirect(stream)
             return await _stream(request, stream, {})
         return _json(existing.snapshot(with_input=True), 202)
-    if request.headers.get("If-Match", "").strip() == "*":
+    if request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH:
         # Attach only: nothing runs under this id here, and nothing may start.
         detail = f"prediction {prediction_id} is not running on this runner"
         return problem(412, "not-running", "Prediction is not running here", detail)
@@ -235,7 +235,7 @@ async def _run(
     rate = _rate_headers(admitted.rate)
     if admitted.stream is not None:
         return await _stream(request, admitted.stream, rate)
-    if request.headers.get("Prefer") == "respond-async":
+    if request.headers.get(wire.PREFER) == wire.RESPOND_ASYNC:
         return _json({"id": prediction_id, "status": "starting"}, 202, rate)
     try:
         await asyncio.shield(prediction.wait())
@@ -256,7 +256,7 @@ async def _stream(
     """
     timing = _timing_headers(request[_PREDICTION], request[_BEGAN])
     response = web.StreamResponse(status=200, headers={**headers, **timing})
-    response.content_type = NDJSON
+    response.content_type = wire.NDJSON
     try:
         await response.prepare(request)
         await stream.pump(response)
@@ -296,7 +296,7 @@ async def health_check(request: web.Request) -> web.Response:
 
 async def openapi_schema(request: web.Request) -> web.Response:
     body = orjson.dumps(request.app[SERVICE].schema)  # keep the document's own key order
-    return web.Response(body=body, content_type="application/json")
+    return web.Response(body=body, content_type=wire.JSON)
 
 
 async def shutdown(request: web.Request) -> web.Response:
@@ -326,11 +326,11 @@ def create_app(
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     app.router.add_get("/", root)
-    app.router.add_get("/health-check", health_check)
+    app.router.add_get(wire.HEALTH_CHECK_PATH, health_check)
     app.router.add_get("/openapi.json", openapi_schema)
     app.router.add_post("/predictions", create_prediction)
-    app.router.add_put("/predictions/{id}", create_prediction_idempotent)
-    app.router.add_post("/predictions/{id}/cancel", cancel_prediction)
+    app.router.add_put(wire.PREDICTION_PATH, create_prediction_idempotent)
+    app.router.add_post(wire.CANCEL_PATH, cancel_prediction)
     app.router.add_post("/shutdown", shutdown)
     add_control_routes(app)
     return app

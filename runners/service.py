@@ -38,10 +38,10 @@ from runners.metrics import RunnerMetrics
 from runners.model import Model, ModelCacheFlush
 from runners.optokens import OpTokenVerifier
 from runners.prediction import Prediction
-from runners.protocol import HealthStatus, PredictionRequest
+from runners.protocol import HealthStatus, PredictionRequest, Priority
 from runners.ratelimit import TenantRateLimiter
 from runners.resources import CpuMeter, Device, GpuMonitor, process_rss, snapshot, system_memory
-from runners.scheduler import Priority, Scheduler
+from runners.scheduler import Scheduler
 from runners.streaming import SnapshotStream
 from runners.validation import InputValidator
 from runners.webhooks import SnapshotSink, WebhookDispatcher

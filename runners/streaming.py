@@ -30,12 +30,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from runners.protocol import WebhookEvent
+from runners.protocol import NDJSON, WebhookEvent
 from runners.webhooks import SnapshotSink
 
 log = logging.getLogger(__name__)
-
-NDJSON = "application/x-ndjson"
 
 _CUMULATIVE = frozenset({WebhookEvent.OUTPUT, WebhookEvent.LOGS})
 
