@@ -16,7 +16,6 @@ refuses to drop them now (an LLM engine with requests running).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
@@ -25,10 +24,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from runners import protocol as wire
 from runners.cache import FlushScope
-from runners.errors import CacheBusyError, LifecycleConflictError, UnknownModelError
+from runners.errors import (
+    InvalidBodyError,
+    InvalidFieldError,
+    InvalidJSONError,
+    OpTokenRequiredError,
+    OpTokensNotConfiguredError,
+    StartingError,
+    StoppingError,
+    UnknownTaskError,
+)
 from runners.model import ModelCacheFlush
-from runners.optokens import OpTokenError
-from runners.problems import problem
 from runners.service import RunnerService
 from runners.state import SERVICE
 
@@ -37,89 +43,53 @@ def _json(body: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(body), status=status, content_type=wire.JSON)
 
 
-def _code(error: OpTokenError) -> str:
-    """``ReplayedNonceError`` -> ``replayed-nonce``."""
-    name = type(error).__name__.removesuffix("Error")
-    return re.sub(r"(?<!^)(?=[A-Z])", "-", name).lower()
-
-
-class _Refused(Exception):
-    def __init__(self, response: web.Response) -> None:
-        self.response = response
-
-
 async def _body(request: web.Request) -> dict[str, Any]:
     try:
         data = orjson.loads(await request.read() or b"{}")
     except orjson.JSONDecodeError as error:
-        raise _Refused(problem(400, "invalid-json", "Body is not JSON", str(error))) from error
+        raise InvalidJSONError(str(error)) from error
     if not isinstance(data, dict):
-        raise _Refused(problem(400, "invalid-body", "Body must be a JSON object", repr(data)))
+        raise InvalidBodyError(repr(data))
     return data
 
 
-def _string(data: dict[str, Any], field: str, required: bool = True) -> str | None:
+def _string(data: dict[str, Any], field: str) -> str:
     value = data.get(field)
-    if value is None and not required:
-        return None
     if not isinstance(value, str) or not value:
-        detail = f"{field} must be a non-empty string"
-        raise _Refused(problem(422, "invalid-field", "Invalid field", detail, field=field))
+        raise InvalidFieldError(field, f"{field} must be a non-empty string")
     return value
+
+
+def _optional_string(data: dict[str, Any], field: str) -> str | None:
+    return None if data.get(field) is None else _string(data, field)
 
 
 def _authorise(service: RunnerService, data: dict[str, Any], operation: str, model: str) -> None:
     verifier = service.op_tokens
     if verifier is None:
-        detail = "lifecycle calls are disabled: VERIFIED_OP_TOKEN_KEY_PATH is not configured"
-        raise _Refused(problem(403, "op-tokens-not-configured", "Forbidden", detail))
+        raise OpTokensNotConfiguredError()
     token = data.get("verifiedOpToken")
     if not isinstance(token, str) or not token:
-        detail = f"{operation} needs a verifiedOpToken in the body"
-        raise _Refused(
-            problem(401, "op-token-required", "Unauthorized", detail, field="verifiedOpToken")
-        )
-    try:
-        verifier.verify(token, operation, model)
-    except OpTokenError as error:
-        raise _Refused(
-            problem(
-                403, _code(error), "Operation token rejected", str(error), field="verifiedOpToken"
-            )
-        ) from error
-
-
-def _conflict(error: LifecycleConflictError | UnknownModelError) -> web.Response:
-    if isinstance(error, UnknownModelError):
-        return problem(404, "unknown-model", "Unknown model", str(error), field="modelId")
-    if isinstance(error, CacheBusyError):
-        return problem(409, "cache-busy", "Conflict", str(error))
-    return problem(409, "lifecycle-conflict", "Conflict", str(error))
+        raise OpTokenRequiredError(operation)
+    verifier.verify(token, operation, model)
 
 
 async def capabilities(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    if service.starting or service.stopping:
-        state = "starting" if service.starting else "stopping"
-        return problem(
-            503, state, "Runner unavailable", f"runner is {state}", {wire.RETRY_AFTER: "1"}
-        )
+    if service.starting:
+        raise StartingError()
+    if service.stopping:
+        raise StoppingError()
     return _json(await service.capabilities())
 
 
 async def load_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    try:
-        data = await _body(request)
-        model = _string(data, "modelId")
-        evict = _string(data, "evictModel", required=False)
-        assert model is not None
-        _authorise(service, data, "model-load", model)
-        task = service.load(model, evict)
-    except _Refused as refused:
-        return refused.response
-    except (LifecycleConflictError, UnknownModelError) as error:
-        return _conflict(error)
+    data = await _body(request)
+    model = _string(data, "modelId")
+    evict = _optional_string(data, "evictModel")
+    _authorise(service, data, "model-load", model)
+    task = service.load(model, evict)
     response = _json(service.lifecycle.describe(task), 202)
     response.headers["Location"] = wire.LOAD_TASK_PATH.format(task_id=task.id)
     return response
@@ -127,25 +97,19 @@ async def load_model(request: web.Request) -> web.Response:
 
 async def load_task(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    task = service.lifecycle.tasks.get(request.match_info["task_id"])
+    task_id = request.match_info["task_id"]
+    task = service.lifecycle.tasks.get(task_id)
     if task is None:
-        detail = f"no load task {request.match_info['task_id']}"
-        return problem(404, "unknown-task", "Not found", detail)
+        raise UnknownTaskError(task_id)
     return _json(service.lifecycle.describe(task))
 
 
 async def unload_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    try:
-        data = await _body(request)
-        model = _string(data, "modelId")
-        assert model is not None
-        _authorise(service, data, "model-unload", model)
-        outcome = await service.unload(model)
-    except _Refused as refused:
-        return refused.response
-    except (LifecycleConflictError, UnknownModelError) as error:
-        return _conflict(error)
+    data = await _body(request)
+    model = _string(data, "modelId")
+    _authorise(service, data, "model-unload", model)
+    outcome = await service.unload(model)
     return _json(
         {
             "modelId": model,
@@ -166,23 +130,16 @@ def _model_cache(flushed: ModelCacheFlush | None) -> dict[str, int | None] | Non
 
 async def flush_cache(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    try:
-        data = await _body(request)
-        raw_scope = data.get("scope", "all")
-        if raw_scope not in {scope.value for scope in FlushScope}:
-            scopes = ", ".join(scope.value for scope in FlushScope)
-            detail = f"scope must be one of {scopes}"
-            raise _Refused(problem(422, "invalid-field", "Invalid field", detail, field="scope"))
-        scope = FlushScope(raw_scope)
-        value = None if scope is FlushScope.ALL else _string(data, scope.value)
-        model = service.model.name if scope is not FlushScope.MODEL else value
-        assert model is not None
-        _authorise(service, data, "cache-flush", model)
-        outcome = await service.flush(scope, value)
-    except _Refused as refused:
-        return refused.response
-    except (LifecycleConflictError, UnknownModelError) as error:
-        return _conflict(error)
+    data = await _body(request)
+    raw_scope = data.get("scope", "all")
+    if raw_scope not in {scope.value for scope in FlushScope}:
+        scopes = ", ".join(scope.value for scope in FlushScope)
+        raise InvalidFieldError("scope", f"scope must be one of {scopes}")
+    scope = FlushScope(raw_scope)
+    value = None if scope is FlushScope.ALL else _string(data, scope.value)
+    model = value if scope is FlushScope.MODEL and value else service.model.name
+    _authorise(service, data, "cache-flush", model)
+    outcome = await service.flush(scope, value)
     body: dict[str, Any] = {"scope": scope.value}
     if scope is not FlushScope.ALL:
         body[scope.value] = value

@@ -1,17 +1,37 @@
-"""Errors the runner service raises to its HTTP shell.
+"""The refusals a runner answers with, each carrying its HTTP status and public ``code``.
 
-::
+Every class below is a request the runner refuses before any model code runs. The class says
+how it is answered -- ``status``, ``code`` (the problem's machine-readable name), ``title``,
+and ``reason`` (its label in the requests metric) -- so the HTTP shell renders any of them with
+one function (:func:`runners.problems.refusal`) and no table keyed by type::
 
-    RunnerError
-    ├── NotReadyError         setup has not finished, or failed          -> 503
-    │   └── ModelNotLoadedError  the model was unloaded                  -> 503 + Retry-After
-    ├── AtCapacityError       every slot is in use and there is no queue -> 409
-    ├── QueueFullError        the bounded queue is full                  -> 503 + Retry-After
-    ├── RateLimitedError      the tenant used up its rate limit          -> 429 + Retry-After
-    ├── InputValidationError  the input does not match the Input schema  -> 422
-    ├── UnknownModelError     a control call names a model not served    -> 404
-    └── LifecycleConflictError  load/unload now would break something    -> 409
-        └── CacheBusyError      the model refuses to drop its caches now  -> 409
+    RequestRefused                 (abstract)                                      status code
+    ├── NotReadyError              setup has not finished, or failed             503 (Cog body)
+    │   └── ModelNotLoadedError    the model was unloaded          503 + Retry-After (Cog body)
+    ├── AtCapacityError            every slot is in use and there is no queue    409 (Cog body)
+    ├── InputValidationError       the input does not match the Input schema  422 (FastAPI body)
+    ├── QueueFullError             the bounded queue is full    503 + Retry-After  queue_full
+    ├── RateLimitedError           the tenant used up its limit 429 + Retry-After
+    │                                                                     rate_limit_exceeded
+    ├── NotRunningError            an attach (If-Match: *) for a prediction not here  412
+    │                                                                             not-running
+    ├── UnavailableError           a control call while the runner is ...  503 + Retry-After
+    │   ├── StartingError          ... starting                                      starting
+    │   └── StoppingError          ... stopping                                      stopping
+    ├── InvalidJSONError           a control call's body is not JSON          400 invalid-json
+    ├── InvalidBodyError           a control call's body is not an object     400 invalid-body
+    ├── InvalidFieldError          a control call's field is missing or bad  422 invalid-field
+    ├── OpTokenRequiredError       a lifecycle call without a token     401 op-token-required
+    ├── OpTokensNotConfiguredError  lifecycle calls are off (no key) 403 op-tokens-not-configured
+    ├── OpTokenError               the token fails a check (runners.optokens)  403 (per check)
+    ├── UnknownModelError          a control call names a model not served    404 unknown-model
+    ├── UnknownTaskError           a load task id this runner does not know    404 unknown-task
+    └── LifecycleConflictError     load/unload now would break something 409 lifecycle-conflict
+        └── CacheBusyError         the model refuses to drop its caches now     409 cache-busy
+
+Cog's own refusals keep coglet's bodies, so a Cog client sees what it knows. The others are
+RFC 9457 problem+json; the two the runner API spec names (queue full, rate limit) also carry
+the spec's ``error`` member, and their ``code`` is the spec's.
 
 A model that raises while predicting is none of these: that is a prediction failure, kept as
 data (status ``failed`` with ``error``), not an exception that crosses this boundary.
@@ -19,7 +39,19 @@ data (status ``failed`` with ``error``), not an exception that crosses this boun
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from runners.protocol import (
+    JSON,
+    PROBLEM_JSON,
+    RATE_LIMIT_LIMIT,
+    RATE_LIMIT_REMAINING,
+    RATE_LIMIT_RESET,
+    RETRY_AFTER,
+    ErrorCode,
+)
 
 
 @dataclass(frozen=True)
@@ -31,12 +63,45 @@ class ValidationIssue:
     type: str = "value_error"
 
 
-class RunnerError(Exception):
-    """Base class: a request the runner refuses before any model code runs."""
+class RequestRefused(Exception):
+    """Base class: a request the runner refuses, answered with ``status`` and ``code``."""
+
+    status: ClassVar[int] = 400
+    code: ClassVar[str] = "refused"
+    title: ClassVar[str] = "Bad Request"
+    #: Label of a refused prediction request in ``conduit_runner_requests``.
+    reason: ClassVar[str] = "refused"
+    media_type: ClassVar[str] = PROBLEM_JSON
+    #: Seconds to suggest in ``Retry-After``; None sends no such header.
+    retry_after: int | None = None
+
+    def members(self) -> dict[str, Any]:
+        """Members of the problem body beyond type, title, status, detail and code."""
+        return {}
+
+    def body(self) -> dict[str, Any]:
+        problem = {"type": "about:blank", "title": self.title, "status": self.status}
+        return problem | {"detail": str(self), "code": self.code, **self.members()}
+
+    def headers(self) -> dict[str, str]:
+        return {} if self.retry_after is None else {RETRY_AFTER: str(self.retry_after)}
 
 
-class NotReadyError(RunnerError):
+class _CogRefusal(RequestRefused):
+    """Answered as coglet answers it: ``{"error": <message>, "status": "failed"}``."""
+
+    media_type = JSON
+    reason = "not_ready"
+
+    def body(self) -> dict[str, Any]:
+        return {"error": str(self), "status": "failed"}
+
+
+class NotReadyError(_CogRefusal):
     """Raised when a prediction arrives while setup is running or after it failed."""
+
+    status = 503
+    code = "not-ready"
 
     def __init__(self) -> None:
         super().__init__(
@@ -45,28 +110,67 @@ class NotReadyError(RunnerError):
         )
 
 
-class AtCapacityError(RunnerError):
+class ModelNotLoadedError(NotReadyError):
+    """Raised when a prediction arrives while the model is unloaded (or being loaded)."""
+
+    code = "model-not-loaded"
+    retry_after = 5
+
+    def __init__(self, model: str) -> None:
+        message = f"Model {model} is not loaded; load it with POST /v1/models/load"
+        RequestRefused.__init__(self, message)
+
+
+class AtCapacityError(_CogRefusal):
     """Raised when every prediction slot is busy; the runner never queues."""
+
+    status = 409
+    code = "busy"
+    reason = "busy"
 
     def __init__(self) -> None:
         super().__init__("At capacity - all prediction slots busy")
 
 
-class ModelNotLoadedError(NotReadyError):
-    """Raised when a prediction arrives while the model is unloaded (or being loaded)."""
+class InputValidationError(RequestRefused):
+    """Raised when the input fails validation against ``components.schemas.Input``; answered
+    as Cog (FastAPI) answers it: ``{"detail": [{"loc", "msg", "type"}, ...]}``."""
 
-    def __init__(self, model: str) -> None:
-        message = f"Model {model} is not loaded; load it with POST /v1/models/load"
-        RunnerError.__init__(self, message)
+    status = 422
+    code = "invalid-input"
+    reason = "invalid"
+    media_type = JSON
+
+    def __init__(self, issues: list[ValidationIssue]) -> None:
+        super().__init__("; ".join(f"{issue.field}: {issue.msg}" for issue in issues))
+        self.issues = issues
+
+    def body(self) -> dict[str, Any]:
+        detail = [
+            {"loc": ["body", "input", issue.field], "msg": issue.msg, "type": issue.type}
+            for issue in self.issues
+        ]
+        return {"detail": detail}
 
 
-class QueueFullError(RunnerError):
-    """Raised when the bounded prediction queue has no room."""
+class QueueFullError(RequestRefused):
+    """Raised when the bounded prediction queue has no room (depth >= maxDepth)."""
 
-    def __init__(self, depth: int, retry_after: int) -> None:
-        super().__init__(f"Prediction queue is full ({depth} waiting); retry after {retry_after}s")
+    status = 503
+    code = ErrorCode.QUEUE_FULL
+    title = "Runner queue is full"
+    reason = "queue_full"
+
+    def __init__(self, depth: int, max_depth: int, avg_wait_ms: float, retry_after: int) -> None:
+        super().__init__(f"Queue depth {depth}/{max_depth}, retry in {retry_after} seconds")
         self.depth = depth
+        self.max_depth = max_depth
+        self.avg_wait_ms = avg_wait_ms
         self.retry_after = retry_after
+
+    def members(self) -> dict[str, Any]:
+        error = {"code": self.code, "message": str(self), "queueDepth": self.depth}
+        return {"error": error | {"avgWaitMs": round(self.avg_wait_ms)}}
 
 
 @dataclass(frozen=True)
@@ -80,9 +184,21 @@ class RateLimit:
     """Unix time at which the oldest counted request leaves the window."""
     retry_after: int
 
+    def headers(self) -> dict[str, str]:
+        return {
+            RATE_LIMIT_LIMIT: str(self.limit),
+            RATE_LIMIT_REMAINING: str(self.remaining),
+            RATE_LIMIT_RESET: str(math.ceil(self.reset_at)),
+        }
 
-class RateLimitedError(RunnerError):
+
+class RateLimitedError(RequestRefused):
     """Raised when a tenant has used up its requests for the current window."""
+
+    status = 429
+    code = ErrorCode.RATE_LIMIT_EXCEEDED
+    title = "Too many requests for this tenant"
+    reason = "rate_limited"
 
     def __init__(self, tenant: str, state: RateLimit) -> None:
         super().__init__(
@@ -91,27 +207,132 @@ class RateLimitedError(RunnerError):
         )
         self.tenant = tenant
         self.state = state
+        self.retry_after = state.retry_after
+
+    def members(self) -> dict[str, Any]:
+        state = self.state
+        error = {"code": self.code, "message": str(self), "limit": state.limit}
+        error |= {"remaining": state.remaining, "resetAt": math.ceil(state.reset_at)}
+        return {"tenant": self.tenant, "error": error}
+
+    def headers(self) -> dict[str, str]:
+        return super().headers() | self.state.headers()
 
 
-class UnknownModelError(RunnerError):
+class NotRunningError(RequestRefused):
+    """Raised when an attach (``If-Match: *``) names a prediction not running here."""
+
+    status = 412
+    code = "not-running"
+    title = "Prediction is not running here"
+
+    def __init__(self, prediction_id: str) -> None:
+        super().__init__(f"prediction {prediction_id} is not running on this runner")
+
+
+class UnavailableError(RequestRefused):
+    """Base: the runner cannot answer a control call while it starts or stops."""
+
+    status = 503
+    title = "Runner unavailable"
+    retry_after = 1
+
+
+class StartingError(UnavailableError):
+    code = "starting"
+
+    def __init__(self) -> None:
+        super().__init__("runner is starting")
+
+
+class StoppingError(UnavailableError):
+    code = "stopping"
+
+    def __init__(self) -> None:
+        super().__init__("runner is stopping")
+
+
+class InvalidJSONError(RequestRefused):
+    code = "invalid-json"
+    title = "Body is not JSON"
+
+
+class InvalidBodyError(RequestRefused):
+    code = "invalid-body"
+    title = "Body must be a JSON object"
+
+
+class InvalidFieldError(RequestRefused):
+    """Raised when a control call's field is missing or has the wrong type or value."""
+
+    status = 422
+    code = "invalid-field"
+    title = "Invalid field"
+
+    def __init__(self, field: str, detail: str) -> None:
+        super().__init__(detail)
+        self.field = field
+
+    def members(self) -> dict[str, Any]:
+        return {"field": self.field}
+
+
+class OpTokenRequiredError(RequestRefused):
+    status = 401
+    code = "op-token-required"
+    title = "Unauthorized"
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(f"{operation} needs a verifiedOpToken in the body")
+
+    def members(self) -> dict[str, Any]:
+        return {"field": "verifiedOpToken"}
+
+
+class OpTokensNotConfiguredError(RequestRefused):
+    status = 403
+    code = "op-tokens-not-configured"
+    title = "Forbidden"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "lifecycle calls are disabled: VERIFIED_OP_TOKEN_KEY_PATH is not configured"
+        )
+
+
+class UnknownModelError(RequestRefused):
     """Raised when a control call names a model this runner does not serve."""
+
+    status = 404
+    code = "unknown-model"
+    title = "Unknown model"
 
     def __init__(self, model: str, served: str) -> None:
         super().__init__(f"This runner serves {served!r}, not {model!r}")
 
+    def members(self) -> dict[str, Any]:
+        return {"field": "modelId"}
 
-class LifecycleConflictError(RunnerError):
+
+class UnknownTaskError(RequestRefused):
+    status = 404
+    code = "unknown-task"
+    title = "Not found"
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"no load task {task_id}")
+
+
+class LifecycleConflictError(RequestRefused):
     """Raised when a load or unload cannot happen now (e.g. predictions are running)."""
 
-
-class InputValidationError(RunnerError):
-    """Raised when the input fails validation against ``components.schemas.Input``."""
-
-    def __init__(self, issues: list[ValidationIssue]) -> None:
-        super().__init__("; ".join(f"{issue.field}: {issue.msg}" for issue in issues))
-        self.issues = issues
+    status = 409
+    code = "lifecycle-conflict"
+    title = "Conflict"
 
 
 class CacheBusyError(LifecycleConflictError):
     """Raised when a model refuses to drop its own caches now (an LLM engine with requests
     running keeps its prefix cache)."""
+
+    code = "cache-busy"

@@ -17,16 +17,21 @@ holding the one shared key can write. ``OP_TOKEN_MIN_SIGNERS`` makes the issuer 
 M-of-N approval and makes that statement tamper-evident; it is not M independent signatures.
 
 Errors (all are refusals before any model code runs, so they extend
-:class:`runners.errors.RunnerError`)::
+:class:`runners.errors.RequestRefused`, answered 403 with ``code`` as below)::
 
-    OpTokenError
-    ├── MalformedOpTokenError       not base64url, not JSON, or not the expected shape
-    ├── BadSignatureError           the HMAC does not match (tampered body or another key)
-    ├── OutsideValidityWindowError  issuedAt is more than max_skew in the past or future
-    ├── OperationMismatchError      the token is for another operation
-    ├── ModelMismatchError          the token is for another model
-    ├── InsufficientSignersError    fewer than min_signers configured names are listed
-    └── ReplayedNonceError          the nonce was already accepted within the window
+    OpTokenError                                                              code
+    ├── MalformedOpTokenError       not base64url, not JSON, or not the   malformed-op-token
+    │                               expected shape
+    ├── BadSignatureError           the HMAC does not match (tampered     bad-signature
+    │                               body or another key)
+    ├── OutsideValidityWindowError  issuedAt is more than max_skew in     outside-validity-window
+    │                               the past or future
+    ├── OperationMismatchError      the token is for another operation    operation-mismatch
+    ├── ModelMismatchError          the token is for another model        model-mismatch
+    ├── InsufficientSignersError    fewer than min_signers configured     insufficient-signers
+    │                               names are listed
+    └── ReplayedNonceError          the nonce was already accepted        replayed-nonce
+                                    within the window
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from runners.errors import RunnerError
+from runners.errors import RequestRefused
 
 OPERATIONS = frozenset({"model-load", "model-unload", "cache-flush"})
 DEFAULT_MAX_SKEW = timedelta(minutes=5)
@@ -59,28 +64,45 @@ _BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _BODY_KEYS = frozenset({"operation", "modelId", "issuedAt", "signers", "nonce"})
 
 
-class OpTokenError(RunnerError):
+class OpTokenError(RequestRefused):
     """Base class: an operation token was refused; the lifecycle call must not run."""
+
+    status = 403
+    code = "op-token-rejected"
+    title = "Operation token rejected"
+
+    def members(self) -> dict[str, Any]:
+        return {"field": "verifiedOpToken"}
 
 
 class MalformedOpTokenError(OpTokenError):
     """Raised when the token is not base64url JSON of exactly the documented shape and types."""
 
+    code = "malformed-op-token"
+
 
 class BadSignatureError(OpTokenError):
     """Raised when the signature is not the HMAC of the body under the configured key."""
+
+    code = "bad-signature"
 
 
 class OutsideValidityWindowError(OpTokenError):
     """Raised when ``issuedAt`` is more than ``max_skew`` before or after the verifier's clock."""
 
+    code = "outside-validity-window"
+
 
 class OperationMismatchError(OpTokenError):
     """Raised when a validly signed token names an operation other than the one requested."""
 
+    code = "operation-mismatch"
+
 
 class ModelMismatchError(OpTokenError):
     """Raised when a validly signed token names a model other than the one requested."""
+
+    code = "model-mismatch"
 
 
 class InsufficientSignersError(OpTokenError):
@@ -89,9 +111,13 @@ class InsufficientSignersError(OpTokenError):
     Names that are not configured do not count, and a name listed twice counts once.
     """
 
+    code = "insufficient-signers"
+
 
 class ReplayedNonceError(OpTokenError):
     """Raised when the token's nonce was already accepted and is still remembered."""
+
+    code = "replayed-nonce"
 
 
 @dataclass(frozen=True)

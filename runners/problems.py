@@ -1,32 +1,29 @@
-"""RFC 9457 problem+json responses for the runner's own (non-Cog) refusals."""
+"""The one place a refusal (:mod:`runners.errors`) becomes an HTTP response."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
 
-from runners.protocol import PROBLEM_JSON
+from runners.errors import RequestRefused
 
 
-def problem(
-    status: int,
-    slug: str,
-    title: str,
-    detail: str,
-    headers: dict[str, str] | None = None,
-    **extra: Any,
-) -> web.Response:
-    """``about:blank`` like the api's problems; ``code`` names the refusal for machines."""
-    body = {
-        "type": "about:blank",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "code": slug,
-        **extra,
-    }
+def refusal(error: RequestRefused) -> web.Response:
+    """``error``'s body, status and headers; keys sorted, as coglet serialises its bodies."""
+    body = orjson.dumps(error.body(), option=orjson.OPT_SORT_KEYS)
     return web.Response(
-        body=orjson.dumps(body), status=status, content_type=PROBLEM_JSON, headers=headers
+        body=body, status=error.status, content_type=error.media_type, headers=error.headers()
     )
+
+
+@web.middleware
+async def refusals(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Answer a :class:`RequestRefused` raised by any handler."""
+    try:
+        return await handler(request)
+    except RequestRefused as error:
+        return refusal(error)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from runners.errors import AtCapacityError, QueueFullError
 from runners.protocol import Priority
 
+__all__ = ["Priority", "Scheduler", "Ticket"]
+
 _RECENT = 256
 """Waits and run times remembered for averages and the p95."""
 
@@ -81,7 +83,8 @@ class Scheduler:
         if self.max_queue_depth == 0:
             raise AtCapacityError()
         if self.depth >= self.max_queue_depth:
-            raise QueueFullError(self.depth, self.retry_after())
+            average_wait = self.wait_stats()["avg_wait_ms"]
+            raise QueueFullError(self.depth, self.max_queue_depth, average_wait, self.retry_after())
         ticket._granted = asyncio.get_running_loop().create_future()
         heapq.heappush(self._queue, (_RANKS[priority], next(self._order), ticket))
         return ticket

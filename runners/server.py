@@ -11,11 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -28,20 +26,11 @@ from runners import protocol as wire
 from runners.cache import CacheMode
 from runners.config import RunnerConfig
 from runners.control import add_control_routes
-from runners.errors import (
-    AtCapacityError,
-    InputValidationError,
-    ModelNotLoadedError,
-    NotReadyError,
-    QueueFullError,
-    RateLimit,
-    RateLimitedError,
-    RunnerError,
-)
+from runners.errors import NotRunningError, RequestRefused
 from runners.model import Model
 from runners.models import get_model
 from runners.prediction import Prediction
-from runners.problems import problem
+from runners.problems import refusal, refusals
 from runners.protocol import PredictionRequest, Priority
 from runners.service import RequestOptions, RunnerService
 from runners.state import SERVICE
@@ -78,10 +67,6 @@ def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -
     return web.Response(body=data, status=status, content_type=wire.JSON, headers=headers)
 
 
-def _status_failed(message: str, status: int) -> web.Response:
-    return _json({"error": message, "status": "failed"}, status)
-
-
 async def _parse_request(request: web.Request) -> PredictionRequest:
     """The body as coglet reads it: empty means no input; bad JSON is 400 ``text/plain``."""
     raw = await request.read()
@@ -99,14 +84,6 @@ async def _parse_request(request: web.Request) -> PredictionRequest:
     except pydantic.ValidationError as error:
         text = f"Failed to deserialize the JSON body into the target type: {error}"
         raise web.HTTPUnprocessableEntity(text=text) from error
-
-
-def _validation_response(error: InputValidationError) -> web.Response:
-    detail = [
-        {"loc": ["body", "input", issue.field], "msg": issue.msg, "type": issue.type}
-        for issue in error.issues
-    ]
-    return _json({"detail": detail}, 422)
 
 
 def _options(request: web.Request) -> RequestOptions:
@@ -148,65 +125,17 @@ def _timed(handler: Handler) -> Handler:
     async def timed(request: web.Request) -> web.StreamResponse:
         began = request[_BEGAN] = time.monotonic()
         try:
-            response = await handler(request)
+            response: web.StreamResponse = await handler(request)
         except web.HTTPException as error:
             error.headers.update(_timing_headers(request.get(_PREDICTION), began))
             raise
+        except RequestRefused as error:
+            response = refusal(error)
         if not response.prepared:  # a snapshot stream sent its headers when it began
             response.headers.update(_timing_headers(request.get(_PREDICTION), began))
         return response
 
     return timed
-
-
-def _rate_headers(rate: RateLimit | None) -> dict[str, str]:
-    if rate is None:
-        return {}
-    return {
-        wire.RATE_LIMIT_LIMIT: str(rate.limit),
-        wire.RATE_LIMIT_REMAINING: str(rate.remaining),
-        wire.RATE_LIMIT_RESET: str(math.ceil(rate.reset_at)),
-    }
-
-
-def _refusal(error: RunnerError) -> web.Response:
-    """The response for a request refused before any model code ran."""
-    if isinstance(error, InputValidationError):
-        return _validation_response(error)
-    if isinstance(error, QueueFullError):
-        headers = {"Retry-After": str(error.retry_after)}
-        return problem(503, "queue-full", "Runner queue is full", str(error), headers)
-    if isinstance(error, RateLimitedError):
-        state = error.state
-        headers = {"Retry-After": str(state.retry_after), **_rate_headers(state)}
-        reset = datetime.fromtimestamp(state.reset_at, UTC).isoformat()
-        return problem(
-            429,
-            "rate-limited",
-            "Too many requests for this tenant",
-            str(error),
-            headers,
-            limit=state.limit,
-            remaining=state.remaining,
-            resetAt=reset,
-            tenant=error.tenant,
-        )
-    if isinstance(error, ModelNotLoadedError):
-        body = orjson.dumps({"error": str(error), "status": "failed"}, option=orjson.OPT_SORT_KEYS)
-        return web.Response(
-            body=body, status=503, content_type=wire.JSON, headers={"Retry-After": "5"}
-        )
-    if isinstance(error, NotReadyError):
-        return _status_failed(str(error), 503)
-    return _status_failed(str(error), 409)
-
-
-_REFUSAL_REASONS: dict[type[RunnerError], str] = {
-    InputValidationError: "invalid",
-    QueueFullError: "queue_full",
-    RateLimitedError: "rate_limited",
-    AtCapacityError: "busy",
-}
 
 
 async def _run(
@@ -222,17 +151,15 @@ async def _run(
             return await _stream(request, stream, {})
         return _json(existing.snapshot(with_input=True), 202)
     if request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH:
-        # Attach only: nothing runs under this id here, and nothing may start.
-        detail = f"prediction {prediction_id} is not running on this runner"
-        return problem(412, "not-running", "Prediction is not running here", detail)
+        raise NotRunningError(prediction_id)  # attach only: nothing may start
     trace = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
     try:
         admitted = service.submit(prediction_id, body, trace, options)
-    except RunnerError as error:
-        service.refused(options.tenant, _REFUSAL_REASONS.get(type(error), "not_ready"))
-        return _refusal(error)
+    except RequestRefused as error:
+        service.refused(options.tenant, error.reason)
+        raise
     prediction = request[_PREDICTION] = admitted.prediction
-    rate = _rate_headers(admitted.rate)
+    rate = {} if admitted.rate is None else admitted.rate.headers()
     if admitted.stream is not None:
         return await _stream(request, admitted.stream, rate)
     if request.headers.get(wire.PREFER) == wire.RESPOND_ASYNC:
@@ -314,7 +241,7 @@ def create_app(
     ``app[SERVICE].shutdown_requested``; whoever runs the app decides what stopping means.
     """
     service = RunnerService(model, concurrency, config or RunnerConfig.from_env())
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[refusals])
     app[SERVICE] = service
 
     async def on_startup(_: web.Application) -> None:

@@ -406,7 +406,8 @@ async def test_queue_serves_by_priority_then_refuses_when_full(
     _, health, _ = await call(http, "GET", f"{runner.url}/health-check")
     assert health["status"] == "BUSY"
     status, body, headers = await call(http, "POST", f"{runner.url}/predictions", {"input": {}})
-    assert (status, body["code"], int(headers["Retry-After"]) >= 1) == (503, "queue-full", True)
+    assert (status, body["code"], int(headers["Retry-After"]) >= 1) == (503, "queue_full", True)
+    assert (body["error"]["code"], body["error"]["queueDepth"]) == ("queue_full", 3)
     assert all(name in headers for name in TIMING)
     status, body, _ = await call(http, "GET", f"{runner.url}/health")
     assert (status, body["reasons"]) == (503, ["queue saturated"])
@@ -482,10 +483,12 @@ async def test_tenant_rate_limits(
     assert (await predict("acme"))[0] == 200
     status, body, headers = await predict("acme")
     assert status == 429
-    assert (body["limit"], body["remaining"], body["tenant"]) == (2, 0, "acme")
+    error = body["error"]
+    assert (error["code"], error["limit"], error["remaining"]) == ("rate_limit_exceeded", 2, 0)
+    assert body["tenant"] == "acme"
     assert 55 <= int(headers["Retry-After"]) <= 60
-    reset = datetime.fromisoformat(body["resetAt"])
-    assert timedelta(seconds=55) < reset - datetime.now(UTC) <= timedelta(seconds=60)
+    reset = datetime.fromtimestamp(error["resetAt"], UTC)
+    assert timedelta(seconds=55) < reset - datetime.now(UTC) <= timedelta(seconds=61)
     assert headers["X-RateLimit-Remaining"] == "0"
     assert [(await predict("other"))[0] for _ in range(4)] == [200, 200, 200, 429]
     _, metrics, _ = await call(http, "GET", f"{runner.url}/metrics")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runners.errors import RunnerError
+from runners.errors import RequestRefused
 from runners.optokens import (
     BadSignatureError,
     InsufficientSignersError,
@@ -275,7 +275,7 @@ def test_every_rejection_is_a_runner_error() -> None:
         InsufficientSignersError,
         ReplayedNonceError,
     ):
-        assert issubclass(error, OpTokenError) and issubclass(error, RunnerError)
+        assert issubclass(error, OpTokenError) and issubclass(error, RequestRefused)
 
 
 # --- nonce store ----------------------------------------------------------------------------
