@@ -147,7 +147,7 @@ async def create(
         input=body.input,
         webhook=webhook,
         webhook_events_filter=list(events) if events is not None else None,
-        stream=f"{target.kind}-{target.key}",
+        stream=target.name,
         deadline=datetime.now(UTC) + cancel_after if cancel_after else None,
         priority=priority.value if priority is not None else None,
     )

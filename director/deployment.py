@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director.queue import Target
+from director.queue import Queue, Target
 from tracker.tables import Deployment, Version
 
 
@@ -21,6 +21,8 @@ class DeploymentInfo:
     max_attempts: int = 1
     #: ``X-Priority`` for predictions that do not carry their own.
     priority: str = "normal"
+    #: Streams under the untagged names of earlier releases that still held entries at start.
+    legacy: tuple[str, ...] = ()
 
     @property
     def targets(self) -> list[Target]:
@@ -33,7 +35,8 @@ class DeploymentInfo:
         return [stream for target in self.targets for stream in target.all_streams()]
 
     def draining(self, old_shards: int | None, extra: list[str]) -> list[str]:
-        """Streams of an earlier layout still to be read until empty (no-downtime changes)."""
+        """Streams of an earlier layout still to be read until empty (no-downtime changes):
+        the old shard count's, ``extra``, and the untagged ones found at start."""
         current = set(self.streams())
         old = []
         if old_shards:
@@ -42,10 +45,28 @@ class DeploymentInfo:
                 for target in self.targets
                 for stream in Target(target.kind, target.key, old_shards).all_streams()
             ]
-        return [s for s in dict.fromkeys(old + extra) if s and s not in current]
+        wanted = old + [*self.legacy] + extra
+        return [s for s in dict.fromkeys(wanted) if s and s not in current]
+
+    def legacy_candidates(self, old_shards: int | None = None) -> list[str]:
+        """Every untagged stream name this deployment's entries may wait in."""
+        shards = max(self.shards, self.version_shards, old_shards or 0)
+        return [
+            stream
+            for target in self.targets
+            for stream in Target(target.kind, target.key, shards).legacy_streams()
+        ]
+
+    async def legacy_backlog(self, queue: Queue, old_shards: int | None = None) -> list[str]:
+        """The untagged streams that hold entries now (one pipelined round trip). Empty ones
+        are left alone: reading one would create it."""
+        return await queue.with_entries(self.legacy_candidates(old_shards))
 
 
-async def load_deployment(engine: AsyncEngine, name: str) -> DeploymentInfo:
+async def load_deployment(
+    engine: AsyncEngine, name: str, queue: Queue | None = None, old_shards: int | None = None
+) -> DeploymentInfo:
+    """The deployment's settings; with ``queue``, also its untagged streams holding entries."""
     owner, _, short = name.partition("/")
     query = (
         select(
@@ -63,4 +84,7 @@ async def load_deployment(engine: AsyncEngine, name: str) -> DeploymentInfo:
         row = (await conn.execute(query)).one_or_none()
     if row is None:
         raise LookupError(f"deployment {name} does not exist")
-    return DeploymentInfo(name, *row)
+    info = DeploymentInfo(name, *row)
+    if queue is None:
+        return info
+    return replace(info, legacy=tuple(await info.legacy_backlog(queue, old_shards)))

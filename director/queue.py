@@ -1,7 +1,8 @@
-"""The prediction queue on Redis Streams: key names, shuffle sharding, enqueue and ack.
+"""The prediction queue on Redis Streams: targets, shuffle sharding, enqueue, read and ack.
 
-Every Redis key the queue uses is named here. The api imports this module (and only this one
-from ``director``) to enqueue; directors use it to read and acknowledge.
+Key names come from :mod:`tracker.keys` (re-exported here for older imports). The api imports
+this module (and only this one from ``director``) to enqueue; directors use it to read and
+acknowledge. Scripts take keys of one hash tag at a time: a batch is split per tag.
 
 Shuffle sharding: a deployable has S shard streams; each account hashes to k of them and the
 api appends to the shorter, so one account's flood fills at most k shards while directors read
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 from redis.asyncio import Redis
@@ -22,10 +23,33 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ResponseError
 
+from tracker import keys
 from tracker.group_commit import Batcher
+from tracker.keys import (  # re-exported: older imports name them from here
+    CANCEL_CHANNEL,
+    EPOCH_KEY,
+    alive_key,
+    dead_letter_stream,
+    reconcile_lock_key,
+)
+
+__all__ = [
+    "CANCEL_CHANNEL",
+    "EPOCH_KEY",
+    "GROUP",
+    "Entry",
+    "Queue",
+    "Target",
+    "account_shards",
+    "alive_key",
+    "connect",
+    "dead_letter_stream",
+    "deployment_stream",
+    "reconcile_lock_key",
+    "version_stream",
+]
 
 GROUP = "directors"
-CANCEL_CHANNEL = "cancel:predictions"
 SHARDS_PER_ACCOUNT = 2
 
 # For each prediction (ARGV: its id, then how many of KEYS are its shards, in KEYS' order),
@@ -83,24 +107,11 @@ return out
 
 
 def deployment_stream(deployment: str, shard: int) -> str:
-    return f"input:prediction:dp-{deployment}:{shard}"
+    return keys.input_stream("dp", deployment, shard)
 
 
 def version_stream(version_id: str, shard: int) -> str:
-    return f"input:prediction:vp-{version_id}:{shard}"
-
-
-def dead_letter_stream(stream: str) -> str:
-    return f"dead:{stream}"
-
-
-def alive_key(consumer: str) -> str:
-    """Present while the director named ``consumer`` is alive (refreshed by its heartbeat)."""
-    return f"director:alive:{consumer}"
-
-
-def reconcile_lock_key(target: str) -> str:
-    return f"lock:reconcile:{target}"
+    return keys.input_stream("vp", version_id, shard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,17 +146,32 @@ class Target:
     key: str  # deployment "owner/name" or version id
     shards: int
 
+    @property
+    def name(self) -> str:
+        """``dp-owner/name`` or ``vp-<version id>``: its hash tag, and ``predictions.stream``."""
+        return keys.deployable(self.kind, self.key)
+
+    @property
+    def reconcile_lock(self) -> str:
+        return keys.reconcile_lock_key(self.name)
+
     def stream(self, shard: int) -> str:
-        if self.kind == "dp":
-            return deployment_stream(self.key, shard)
-        return version_stream(self.key, shard)
+        return keys.input_stream(self.kind, self.key, shard)
 
     def all_streams(self) -> list[str]:
         return [self.stream(shard) for shard in range(self.shards)]
 
+    def legacy_streams(self) -> list[str]:
+        """Its shards under the untagged names streams had before (read until drained)."""
+        return [keys.legacy_input_stream(self.kind, self.key, s) for s in range(self.shards)]
+
     def streams_for(self, account_id: int) -> list[str]:
-        key = f"{self.kind}-{self.key}"
-        return [self.stream(shard) for shard in account_shards(account_id, key, self.shards)]
+        return [self.stream(s) for s in account_shards(account_id, self.name, self.shards)]
+
+    def owns(self, stream: str) -> bool:
+        """Whether ``stream`` is one of this target's shards, under any naming or shard count."""
+        parsed = keys.parse_input_stream(stream)
+        return parsed is not None and (parsed.kind, parsed.key) == (self.kind, self.key)
 
 
 def connect(url: str) -> Redis:
@@ -170,13 +196,17 @@ class Queue:
         self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
         self._read_in_turn = redis.register_script(_READ_IN_TURN_SCRIPT)
         self._ack_and_delete = redis.register_script(_ACK_SCRIPT)
-        self._acks: Batcher[tuple[str, str], None] = Batcher(self._write_acks)
-        self._appends: Batcher[tuple[tuple[str, ...], str], str] = Batcher(self._write_appends)
+        self._acks: _PerSlot[tuple[str, str], None] = _PerSlot(
+            self._write_acks, lambda entry: entry[0]
+        )
+        self._appends: _PerSlot[tuple[tuple[str, ...], str], str] = _PerSlot(
+            self._write_appends, lambda append: append[0][0]
+        )
 
     async def enqueue(self, streams: Sequence[str], prediction_id: str) -> str:
-        """Append to the shortest of ``streams``; returns the stream key used.
-
-        Concurrent calls share one script call (group commit, as for the Postgres writes)."""
+        """Append to the shortest of ``streams`` (shards of one target); returns the stream key
+        used. Concurrent calls share one script call per slot (group commit, as for the
+        Postgres writes)."""
         return await self._appends.submit((tuple(streams), prediction_id))
 
     async def _write_appends(self, items: list[tuple[tuple[str, ...], str]]) -> list[str]:
@@ -197,33 +227,17 @@ class Queue:
                     raise
 
     async def read(
-        self,
-        streams: Sequence[str],
-        consumer: str,
-        count: int,
-        block_ms: int | None,
-        *,
-        pending: bool = False,
+        self, streams: Sequence[str], consumer: str, count: int, block_ms: int | None
     ) -> list[Entry]:
-        """XREADGROUP from ``streams``; ``pending`` re-reads this consumer's own unacked entries
-        (with their delivery counts, for dead-lettering)."""
-        start = "0" if pending else ">"
+        """New entries (XREADGROUP ``>``) from ``streams``, waiting up to ``block_ms``."""
         reply: Any = await self.redis.xreadgroup(
-            GROUP, consumer, {s: start for s in streams}, count=count, block=block_ms
+            GROUP, consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
         )
         entries: list[Entry] = []
         for stream, messages in reply or []:
             stream_name = _text(stream)
-            counts = await self.delivery_counts(stream_name, consumer) if pending else {}
             for entry_id, fields in messages:
-                if not fields:
-                    # Deleted while still pending: nothing left to run, just drop it from the PEL.
-                    await self.redis.xack(stream_name, GROUP, entry_id)
-                    continue
-                entry = _text(entry_id)
-                entries.append(
-                    Entry(stream_name, entry, _text(fields[b"id"]), counts.get(entry, 1))
-                )
+                entries.append(Entry(stream_name, _text(entry_id), _text(fields[b"id"])))
         return entries
 
     async def read_in_turn(
@@ -231,15 +245,40 @@ class Queue:
     ) -> tuple[list[Entry], int]:
         """New entries, up to ``count``, taken from ``streams`` in the order given (without
         blocking); and how many streams were passed over up to the last that had any (0 when
-        none had), so the caller's next turn starts after it."""
-        reply: Any = await self._read_in_turn(keys=list(streams), args=[GROUP, consumer, count])
+        none had), so the caller's next turn starts after it. One script call per run of
+        streams that share a slot: usually one."""
         entries: list[Entry] = []
-        for stream, messages in zip(reply[1::2], reply[2::2], strict=True):
-            stream_name = _text(stream)
-            for entry_id, fields in messages:
-                pairs = dict(zip(fields[::2], fields[1::2], strict=True))
-                entries.append(Entry(stream_name, _text(entry_id), _text(pairs[b"id"])))
-        return entries, int(reply[0])
+        passed = offset = 0
+        for run in _runs_by_slot(streams):
+            if len(entries) >= count:
+                break
+            reply: Any = await self._read_in_turn(
+                keys=run, args=[GROUP, consumer, count - len(entries)]
+            )
+            for stream, messages in zip(reply[1::2], reply[2::2], strict=True):
+                stream_name = _text(stream)
+                for entry_id, fields in messages:
+                    pairs = dict(zip(fields[::2], fields[1::2], strict=True))
+                    entries.append(Entry(stream_name, _text(entry_id), _text(pairs[b"id"])))
+            if int(reply[0]):
+                passed = offset + int(reply[0])
+            offset += len(run)
+        return entries, passed
+
+    async def with_entries(self, streams: Sequence[str]) -> list[str]:
+        """Those of ``streams`` that hold entries, or pending ones; missing ones do not."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for stream in streams:
+                pipe.xlen(stream)
+                pipe.xpending(stream, GROUP)
+            replies: list[Any] = await pipe.execute(raise_on_error=False)
+        found = []
+        for i, stream in enumerate(streams):
+            length, pending = replies[2 * i], replies[2 * i + 1]
+            waiting = pending["pending"] if isinstance(pending, dict) else 0
+            if (isinstance(length, int) and length > 0) or waiting:
+                found.append(stream)
+        return found
 
     async def delivery_counts(
         self, stream: str, consumer: str | None = None, ids: Sequence[str] = ()
@@ -253,7 +292,7 @@ class Queue:
 
     async def ack(self, stream: str, entry_id: str) -> None:
         """Remove an entry once its prediction's terminal state is committed. Acks that
-        arrive together go out in one script call (atomic, as a MULTI/EXEC would be)."""
+        arrive together go out in one script call per slot (atomic, as a MULTI/EXEC would be)."""
         await self._acks.submit((stream, entry_id))
 
     async def _write_acks(self, entries: list[tuple[str, str]]) -> list[None]:
@@ -279,6 +318,50 @@ class Queue:
 
     async def publish_cancel(self, prediction_id: str) -> None:
         await self.redis.publish(CANCEL_CHANNEL, prediction_id)
+
+    async def close(self) -> None:
+        """Let acks and appends under way finish."""
+        await self._acks.close()
+        await self._appends.close()
+
+
+Item = TypeVar("Item")
+Result = TypeVar("Result")
+
+
+class _PerSlot(Generic[Item, Result]):
+    """A :class:`Batcher` per hash tag: a batch, and so a script call, never spans slots."""
+
+    def __init__(
+        self,
+        write: Callable[[list[Item]], Awaitable[Sequence[Result]]],
+        key_of: Callable[[Item], str],
+    ) -> None:
+        self._write = write
+        self._key_of = key_of
+        self._batchers: dict[str, Batcher[Item, Result]] = {}
+
+    async def submit(self, item: Item) -> Result:
+        tag = keys.slot_tag(self._key_of(item))
+        batcher = self._batchers.get(tag)
+        if batcher is None:
+            batcher = self._batchers[tag] = Batcher(self._write)
+        return await batcher.submit(item)
+
+    async def close(self) -> None:
+        for batcher in list(self._batchers.values()):
+            await batcher.close()
+
+
+def _runs_by_slot(streams: Sequence[str]) -> list[list[str]]:
+    """``streams`` cut into consecutive runs of one hash tag, order kept."""
+    runs: list[list[str]] = []
+    for stream in streams:
+        if runs and keys.slot_tag(runs[-1][0]) == keys.slot_tag(stream):
+            runs[-1].append(stream)
+        else:
+            runs.append([stream])
+    return runs
 
 
 def _text(value: bytes | str) -> str:

@@ -5,7 +5,8 @@ itself: only entries still pending *for it*, so a resumed zombie never steals on
 offers itself again only the entries that failed here (``Retries``), never one it runs. Entries
 idle past the visibility timeout belong to a dead or stuck consumer and are XAUTOCLAIMed by any
 director reading the stream. An entry delivered more than ``max_deliveries`` times is moved to
-``dead:<stream>``. Consumers with nothing pending that have been idle long are removed.
+its dead-letter stream (``dead:{<deployable>}:<shard>``). Consumers with nothing pending that
+have been idle long are removed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from director.queue import GROUP, Entry, Queue, _text, dead_letter_stream
+from director.queue import GROUP, Entry, Queue, _text
+from tracker.keys import dead_letter_stream
 
 # For each entry id: if it is still pending for this consumer, reset its idle time (XCLAIM to
 # self with JUSTID, which does not count as a delivery); if another consumer holds it now,
@@ -176,7 +178,7 @@ class Reclaimer:
         ]
 
     async def dead_letter(self, entry: Entry, reason: str) -> None:
-        """Move an entry to ``dead:<stream>`` and out of the live stream, atomically."""
+        """Move an entry to its dead-letter stream and out of the live one, atomically."""
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.xadd(
                 dead_letter_stream(entry.stream),

@@ -47,7 +47,8 @@ class DirectorSettings(BaseSettings):
     heartbeat_interval: float | None = None
     #: Seconds between looks for entries to reclaim from dead directors.
     claim_interval: float = 5.0
-    #: Deliveries after which an entry is moved to ``dead:<stream>`` and its prediction failed.
+    #: Deliveries after which an entry is moved to ``dead:{<deployable>}:<shard>``
+    #: and its prediction failed.
     max_deliveries: int = Field(3, ge=1)
     #: Seconds between reconciler passes (re-enqueue predictions missing from every stream).
     reconcile_interval: float = 10.0
@@ -67,6 +68,8 @@ class DirectorSettings(BaseSettings):
     #: Consecutive failed health checks after which a runner counts as gone.
     runner_check_failures: int = 3
     #: Shard count the deployment had before a change: those streams are read until drained.
+    #: (Streams under the untagged names of earlier releases are found at start and read
+    #: until drained as well.)
     drain_shards: int | None = None
     #: Extra stream keys to read until drained (comma-separated), e.g. after a rename.
     drain_streams: str = ""

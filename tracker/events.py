@@ -1,25 +1,25 @@
-"""The per-prediction event stream: ``events:prediction:<id>`` in Redis.
+"""The per-prediction event stream: ``events:prediction:{<id>}`` in Redis (``tracker.keys``).
 
 Every change of a prediction is appended here in order: ``status`` (new status), ``output``
 (one chunk, as text), ``logs`` (new log text), ``error`` and ``done``. It is the one source
 for SSE and ``Prefer: wait``; the Redis entry id is the SSE event id, so ``Last-Event-ID``
 resumes exactly. A stream expires ``retention`` seconds after its ``done``. Appends that
-arrive together (many predictions at once) share one script call.
+arrive together (many predictions at once) share one script call: build one ``EventLog`` per
+process and share it.
 """
 
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from redis.asyncio import Redis
-from redis.commands.core import AsyncScript
 
-from tracker.group_commit import Batcher, shared
+from tracker import keys
+from tracker.group_commit import Batcher
 
 DEFAULT_RETENTION = 3600
 
@@ -41,8 +41,7 @@ class Event:
     prediction: str | None = None
 
 
-def events_key(prediction_id: str) -> str:
-    return f"events:prediction:{prediction_id}"
+events_key = keys.events_key
 
 
 def output_text(chunk: Any) -> str:
@@ -59,11 +58,13 @@ def done_data(status: str) -> str:
 
 
 class EventLog:
-    """Appends and reads one prediction's events."""
+    """Appends and reads predictions' events."""
 
     def __init__(self, redis: Redis, retention: int = DEFAULT_RETENTION) -> None:
         self.redis = redis
         self.retention = retention
+        self._script = redis.register_script(_APPEND_SCRIPT)
+        self._appends: Batcher[_Append, None] = Batcher(self._write_appends)
 
     async def append(
         self,
@@ -80,8 +81,9 @@ class EventLog:
                 fields["prediction"] = final
             entries.append(fields)
         done = any(kind is EventType.DONE for kind, _ in events)
-        appends = _appends(self.redis)
-        await appends.submit(_Append(events_key(prediction_id), entries, done, self.retention))
+        await self._appends.submit(
+            _Append(events_key(prediction_id), entries, done, self.retention)
+        )
 
     async def finish(
         self,
@@ -98,6 +100,21 @@ class EventLog:
             events.append((EventType.ERROR, orjson.dumps({"detail": error}).decode()))
         events.append((EventType.DONE, done_data(status)))
         await self.append(prediction_id, events, final)
+
+    async def _write_appends(self, appends: list[_Append]) -> list[None]:
+        """Many predictions' events in one script call: one round trip and one command, far
+        less client work than a command per event. Each prediction's events keep their order."""
+        script_keys: list[str] = []
+        args: list[str | int] = []
+        for append in appends:
+            script_keys.append(append.key)
+            args += [len(append.entries), append.retention if append.expire else 0]
+            for fields in append.entries:
+                args.append(len(fields))
+                for name, value in fields.items():
+                    args += [name, value]
+        await self._script(keys=script_keys, args=args)
+        return [None] * len(appends)
 
     async def read(
         self, prediction_id: str, after: str, block_ms: int | None, count: int = 500
@@ -166,30 +183,6 @@ for k = 1, #KEYS do
 end
 return #KEYS
 """
-
-
-async def _write_appends(script: AsyncScript, appends: list[_Append]) -> list[None]:
-    """Many predictions' events in one script call: one round trip and one command, far less
-    client work than a command per event. Each prediction's events keep their order."""
-    keys: list[str] = []
-    args: list[str | int] = []
-    for append in appends:
-        keys.append(append.key)
-        args += [len(append.entries), append.retention if append.expire else 0]
-        for fields in append.entries:
-            args.append(len(fields))
-            for name, value in fields.items():
-                args += [name, value]
-    await script(keys=keys, args=args)
-    return [None] * len(appends)
-
-
-def _appends(redis: Redis) -> Batcher[_Append, None]:
-    def make() -> Batcher[_Append, None]:
-        script = redis.register_script(_APPEND_SCRIPT)
-        return Batcher(functools.partial(_write_appends, script))
-
-    return shared(redis, "event appends", make)
 
 
 def _text(value: bytes | str) -> str:

@@ -8,10 +8,29 @@ from director.queue import Target, account_shards, deployment_stream, version_st
 
 
 def test_stream_names_follow_the_documented_layout() -> None:
-    assert deployment_stream("acme/sdxl", 3) == "input:prediction:dp-acme/sdxl:3"
-    assert version_stream("ab" * 32, 0) == f"input:prediction:vp-{'ab' * 32}:0"
+    assert deployment_stream("acme/sdxl", 3) == "input:prediction:{dp-acme/sdxl}:3"
+    assert version_stream("ab" * 32, 0) == f"input:prediction:{{vp-{'ab' * 32}}}:0"
     target = Target("dp", "acme/sdxl", 8)
+    assert target.name == "dp-acme/sdxl"
     assert target.all_streams() == [deployment_stream("acme/sdxl", s) for s in range(8)]
+    assert target.legacy_streams()[3] == "input:prediction:dp-acme/sdxl:3"
+    assert target.reconcile_lock == "lock:reconcile:{dp-acme/sdxl}"
+
+
+def test_a_target_owns_its_shards_under_either_naming() -> None:
+    target = Target("dp", "acme/sdxl", 2)
+    assert all(target.owns(stream) for stream in target.all_streams())
+    assert all(target.owns(stream) for stream in target.legacy_streams())
+    assert target.owns(Target("dp", "acme/sdxl", 16).stream(15))  # another shard count
+    assert not target.owns(Target("dp", "acme/sdxl2", 2).stream(0))
+    assert not target.owns(Target("vp", "acme/sdxl", 2).stream(0))
+    assert not target.owns("dead:{dp-acme/sdxl}:0")
+
+
+def test_streams_for_an_account_are_its_shards() -> None:
+    target = Target("vp", "ab" * 32, 8)
+    shards = account_shards(5, target.name, 8)
+    assert target.streams_for(5) == [target.stream(s) for s in shards]
 
 
 def test_each_account_maps_to_two_stable_distinct_shards() -> None:

@@ -1,5 +1,6 @@
-"""Reading shards in turn, in one round trip, against the real Redis; and enqueue to the shorter
-of an account's shards."""
+"""Reading shards in turn against the real Redis (one script call per slot); enqueue to the
+shorter of an account's shards; and entries left in streams under the untagged names of earlier
+releases, read and acknowledged beside the current ones until drained."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import uuid
 
 from redis.asyncio import Redis
 
-from director.queue import GROUP, Queue
+from director.deployment import DeploymentInfo
+from director.queue import GROUP, Queue, Target
+
+
+def _target(label: str, shards: int, kind: str = "dp") -> Target:
+    return Target(kind, f"test/{label}-{uuid.uuid4().hex[:8]}", shards)
 
 
 async def test_read_in_turn_takes_streams_in_order_up_to_count(redis_url: str) -> None:
     client: Redis = Redis.from_url(redis_url)
-    base = f"input:prediction:dp-test/turns-{uuid.uuid4().hex[:8]}"
-    streams = [f"{base}:{shard}" for shard in range(4)]
+    streams = _target("turns", 4).all_streams()
     queue = Queue(client)
     await queue.ensure_groups(streams)
     try:
@@ -47,10 +52,32 @@ async def test_read_in_turn_takes_streams_in_order_up_to_count(redis_url: str) -
         await client.aclose()
 
 
+async def test_read_in_turn_spans_targets_one_slot_at_a_time(redis_url: str) -> None:
+    """A director reads a deployment's and a version's shards: two hash tags, read in the
+    order given, and ``passed`` counts over all of them."""
+    client: Redis = Redis.from_url(redis_url)
+    deployment, version = _target("dp", 2), _target("vp", 2, kind="vp")
+    streams = deployment.all_streams() + version.all_streams()
+    queue = Queue(client)
+    await queue.ensure_groups(streams)
+    try:
+        await client.xadd(streams[3], {"id": "v1"})
+        got, passed = await queue.read_in_turn(streams, "me", 5)
+        assert [(e.stream, e.prediction_id) for e in got] == [(streams[3], "v1")] and passed == 4
+        await client.xadd(streams[0], {"id": "d1"})
+        await client.xadd(streams[2], {"id": "v2"})
+        got, passed = await queue.read_in_turn(streams, "me", 1)  # the first slot is enough
+        assert [e.prediction_id for e in got] == ["d1"] and passed == 1
+        got, passed = await queue.read_in_turn(streams, "me", 5)
+        assert [e.prediction_id for e in got] == ["v2"] and passed == 3
+    finally:
+        await client.delete(*streams)
+        await client.aclose()
+
+
 async def test_enqueue_goes_to_the_shorter_of_the_accounts_shards(redis_url: str) -> None:
     client: Redis = Redis.from_url(redis_url)
-    base = f"input:prediction:dp-test/shorter-{uuid.uuid4().hex[:8]}"
-    longer, shorter = f"{base}:0", f"{base}:1"
+    longer, shorter = _target("shorter", 2).all_streams()
     queue = Queue(client)
     try:
         for n in range(3):
@@ -65,14 +92,13 @@ async def test_enqueue_goes_to_the_shorter_of_the_accounts_shards(redis_url: str
         await client.aclose()
 
 
-async def test_concurrent_enqueues_share_a_call_and_each_lands_once(redis_url: str) -> None:
-    """Creates arriving together are appended by one script call; each still goes to the
-    shortest of its own shards, whatever the others' shard counts."""
+async def test_concurrent_enqueues_each_land_once_on_their_own_targets(redis_url: str) -> None:
+    """Creates arriving together are appended by one script call per slot; each still goes to
+    the shortest of its own shards, whatever the other targets' shard counts."""
     client: Redis = Redis.from_url(redis_url)
-    base = f"input:prediction:dp-test/grouped-{uuid.uuid4().hex[:8]}"
-    pair = [f"{base}:a0", f"{base}:a1"]
-    single = [f"{base}:b0"]
-    trio = [f"{base}:c0", f"{base}:c1", f"{base}:c2"]
+    pair = _target("pair", 2).all_streams()
+    single = _target("single", 1).all_streams()
+    trio = _target("trio", 3, kind="vp").all_streams()
     queue = Queue(client)
     try:
         await client.xadd(trio[0], {"id": "old"})
@@ -90,4 +116,36 @@ async def test_concurrent_enqueues_share_a_call_and_each_lands_once(redis_url: s
         assert sorted(ids) == sorted([pid for _, pid in calls] + ["old", "old"])
     finally:
         await client.delete(*pair, *single, *trio)
+        await client.aclose()
+
+
+async def test_entries_in_untagged_streams_are_read_and_acked(redis_url: str) -> None:
+    """An api of an earlier release appended to ``input:prediction:dp-owner/name:<shard>``: the
+    director reads those streams as draining ones until they are empty, and creates none."""
+    client: Redis = Redis.from_url(redis_url)
+    name = f"test/legacy-{uuid.uuid4().hex[:8]}"
+    version_id = uuid.uuid4().hex * 2
+    deployment = DeploymentInfo(name, version_id, 2, 2, 60.0)
+    old = Target("dp", name, 2).legacy_streams()
+    queue = Queue(client)
+    try:
+        await client.xadd(old[1], {"id": "before-upgrade"})  # no group yet: no director ran
+        found = await deployment.legacy_backlog(queue)
+        assert found == [old[1]]
+        upgraded = DeploymentInfo(name, version_id, 2, 2, 60.0, legacy=tuple(found))
+        draining = upgraded.draining(None, [""])
+        assert draining == [old[1]]
+        streams = upgraded.streams() + draining
+        await queue.ensure_groups(streams)
+        assert not await client.exists(old[0])  # empty legacy streams are left alone
+
+        got, passed = await queue.read_in_turn(streams, "me", 5)
+        assert [(e.stream, e.prediction_id) for e in got] == [(old[1], "before-upgrade")]
+        assert passed == len(streams)
+        await queue.ack(got[0].stream, got[0].id)
+        assert await client.xlen(old[1]) == 0
+        assert (await client.xpending(old[1], GROUP))["pending"] == 0
+        assert await deployment.legacy_backlog(queue) == []  # drained: nothing left to read
+    finally:
+        await client.delete(*old, *deployment.streams())
         await client.aclose()

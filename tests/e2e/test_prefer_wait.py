@@ -16,6 +16,7 @@ from tests.conftest import ECHO, Stack
 from tests.fixtures.api import TERMINAL, assert_problem, fetch, wait_status
 from tests.fixtures.redis_clients import stream_readers
 from tests.fixtures.waiting import wait_for
+from tracker.keys import events_key
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 
@@ -84,7 +85,7 @@ def test_disconnect_cancels_the_wait_not_the_prediction(
         sock = _open_wait(stack.api_url, token, body, wait=30)
         try:
             listed = wait_for(lambda: c.get("/v1/predictions").json()["results"], "the create")
-            key = f"events:prediction:{listed[0]['id']}"
+            key = events_key(listed[0]["id"])
             wait_for(lambda: readers.blocked_on(key), f"the api blocked reading {key}")
         finally:
             sock.close()

@@ -25,6 +25,7 @@ import redis
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.waiting import wait_for
+from tracker.keys import events_key
 
 TERMINAL = ("succeeded", "failed", "canceled", "aborted")
 
@@ -160,7 +161,7 @@ class Drill:
         counts: Counter[str] = Counter()
         with redis.Redis.from_url(self.redis_url) as r:
             for prediction_id in ids:
-                entries = r.xrange(f"events:prediction:{prediction_id}")
+                entries = r.xrange(events_key(prediction_id))
                 counts[prediction_id] = sum(1 for _, f in entries if f.get(b"type") == b"done")
         return counts
 

@@ -1,0 +1,120 @@
+"""Every Redis key and channel Conduit uses, built and parsed here and nowhere else.
+
+Keys of one deployable share a Redis Cluster hash tag (the part in braces), so a director's read
+of several shards and the enqueue and ack scripts touch one slot; a script never mixes keys of
+two tags (``slot_tag`` tells callers how to group a batch). Per-prediction keys carry the
+prediction's own tag and are written one slot at a time.
+
+====================================  ===========================================================
+``input:prediction:{dp-o/n}:3``       shard 3 of deployment ``o/n``'s input stream (``vp-<id>``
+                                      for a version); ``input:prediction:dp-o/n:3`` is the older
+                                      untagged form, still read until drained
+``dead:{dp-o/n}:3``                   dead letters of that shard (same tag as its stream)
+``events:prediction:{<id>}``          a prediction's event stream (SSE, ``Prefer: wait``)
+``lock:reconcile:{dp-o/n}``           one reconciler per deployable at a time
+``director:alive:<consumer>``         present while that director heartbeats; names its runs
+``conduit:epoch``                     when this Redis's data began (a restart without data
+                                      starts a new epoch)
+``cancel:predictions``                pub/sub channel: ids of predictions to cancel
+====================================  ===========================================================
+
+The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
+``predictions.stream``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INPUT_PREFIX = "input:prediction:"
+DEAD_PREFIX = "dead:"
+EVENTS_PREFIX = "events:prediction:"
+EPOCH_KEY = "conduit:epoch"
+CANCEL_CHANNEL = "cancel:predictions"
+
+
+def deployable(kind: str, key: str) -> str:
+    """``dp-owner/name`` or ``vp-<version id>``: the name a deployable's keys are tagged with."""
+    return f"{kind}-{key}"
+
+
+def input_stream(kind: str, key: str, shard: int) -> str:
+    return f"{INPUT_PREFIX}{{{deployable(kind, key)}}}:{shard}"
+
+
+def legacy_input_stream(kind: str, key: str, shard: int) -> str:
+    """The untagged name streams had before keys carried hash tags (read until drained)."""
+    return f"{INPUT_PREFIX}{deployable(kind, key)}:{shard}"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamName:
+    """What an input stream's name says: whose shard it is, and in which naming."""
+
+    kind: str  # "dp", "vp", ...
+    key: str  # deployment "owner/name" or version id
+    shard: int
+    #: Named the old, untagged way.
+    legacy: bool = False
+
+    @property
+    def deployable(self) -> str:
+        return deployable(self.kind, self.key)
+
+    @property
+    def current(self) -> str:
+        """This shard's stream under today's naming."""
+        return input_stream(self.kind, self.key, self.shard)
+
+
+def parse_input_stream(name: str) -> StreamName | None:
+    """``input:prediction:{dp-o/n}:3`` or the legacy ``input:prediction:dp-o/n:3``; None for
+    anything else."""
+    if not name.startswith(INPUT_PREFIX):
+        return None
+    rest = name[len(INPUT_PREFIX) :]
+    legacy = not rest.startswith("{")
+    if legacy:
+        named, _, shard = rest.rpartition(":")
+    else:
+        named, closing, shard = rest[1:].rpartition("}:")
+        if not closing:
+            return None
+    kind, dash, key = named.partition("-")
+    if not dash or not key or not shard.isdigit():
+        return None
+    return StreamName(kind, key, int(shard), legacy)
+
+
+def dead_letter_stream(stream: str) -> str:
+    """Where entries of ``stream`` that kept failing go: beside it, under the same tag. (A
+    legacy stream's dead letters go with those of its current name.)"""
+    parsed = parse_input_stream(stream)
+    if parsed is None:
+        return f"{DEAD_PREFIX}{stream}"
+    return f"{DEAD_PREFIX}{{{parsed.deployable}}}:{parsed.shard}"
+
+
+def events_key(prediction_id: str) -> str:
+    return f"{EVENTS_PREFIX}{{{prediction_id}}}"
+
+
+def alive_key(consumer: str) -> str:
+    """Present while the director named ``consumer`` is alive (refreshed by its heartbeat)."""
+    return f"director:alive:{consumer}"
+
+
+def reconcile_lock_key(deployable_name: str) -> str:
+    """The lock of ``dp-owner/name`` (see :func:`deployable`)."""
+    return f"lock:reconcile:{{{deployable_name}}}"
+
+
+def slot_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes: the first non-empty ``{…}``, else all of it.
+    Keys with equal tags live in one slot and may share a script call."""
+    start = key.find("{")
+    if start != -1:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
