@@ -14,6 +14,7 @@ from conduit.cli import migrate
 from conduit.services import PostgresServer, RedisServer, create_database
 from tests.faults.harness import RESULTS, Drill
 from tests.fixtures.admin import Admin
+from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL
 from tests.fixtures.processes import Launcher, base_env
 
 
@@ -45,6 +46,7 @@ def drill(servers: DrillServers, tmp_path: Path) -> Iterator[Drill]:
     record = tmp_path / "invocations.txt"
     env = base_env(database_url, servers.redis.url)
     env["CONDUIT_FAULTY_RECORD"] = str(record)
+    env["CONDUIT_RUNNER_MODELS"] = FAULTY_MODEL
     launcher = Launcher(env, tmp_path)
     admin = Admin(database_url)
     drill = Drill(launcher, admin, database_url, servers.redis.url, record)
