@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
+from tracker.retry import backoff_delay
+
 
 @dataclass(frozen=True, slots=True)
 class StartBackoff:
@@ -26,8 +28,15 @@ class StartBackoff:
 
     def delay(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait before attempt ``attempt + 1`` (``attempt`` counts from 0)."""
-        if retry_after is not None:
-            base = min(max(retry_after, self.initial), self.max_retry_after)
-            return base * (1 + self.rng.uniform(0, self.jitter))
-        ceiling = min(self.initial * 2.0 ** min(attempt, 30), self.max_delay)
-        return ceiling / 2 + self.rng.uniform(0, ceiling / 2)
+        if retry_after is not None:  # the runner's word: a one-step schedule, jitter upward
+            return backoff_delay(
+                0,
+                schedule=(max(retry_after, self.initial),),
+                cap=self.max_retry_after,
+                jitter=(1.0, 1.0 + self.jitter),
+                rng=self.rng,
+            )
+        # "Equal jitter": between half the exponential ceiling and all of it.
+        return backoff_delay(
+            attempt, initial=self.initial, cap=self.max_delay, jitter=(0.5, 1.0), rng=self.rng
+        )

@@ -8,7 +8,6 @@ Redirects are never followed: a 3xx is a failed attempt.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +15,7 @@ from datetime import UTC, datetime
 import aiohttp
 from standardwebhooks.webhooks import Webhook
 
+from tracker.retry import backoff_delay
 from tracker.ssrf import BlockedAddress, GuardedResolver, Network, check_webhook_url
 
 #: Seconds to wait before each retry of a terminal webhook: 11 attempts over 27.7 to 33.3 hours
@@ -46,8 +46,7 @@ class WebhookPolicy:
         """
         if attempts > len(self.schedule):
             return None
-        base = self.schedule[attempts - 1]
-        return base * random.uniform(1, 1 + self.jitter)
+        return backoff_delay(attempts - 1, schedule=self.schedule, jitter=(1.0, 1.0 + self.jitter))
 
 
 class DeliveryFailed(Exception):
