@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from api import errors
+from api import errors, openapi
 from api.cache import Catalog
 from api.deps import Resources
 from api.limits import BodySizeLimit
@@ -61,6 +61,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
 
     app = FastAPI(title="Conduit", version="0.1.0", lifespan=lifespan)
     errors.install(app)
+    openapi.install(app)
     app.include_router(predictions.router)
     app.include_router(models.router)
     app.include_router(streams.router)

@@ -7,11 +7,16 @@ from sqlalchemy import text
 
 from api.deps import ResourcesDep
 from api.responses import FastJSONResponse
+from api.schemas import Health
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_model=Health,
+    responses={503: {"model": Health, "description": "Postgres or Redis is unreachable."}},
+)
 async def health(resources: ResourcesDep) -> FastJSONResponse:
     checks: dict[str, str] = {}
     try:

@@ -8,12 +8,16 @@ from fastapi import APIRouter, Request
 
 from api.deps import AccountDep, Resources, ResourcesDep
 from api.errors import NotFound
+from api.openapi import operation, problems
 from api.responses import FastJSONResponse
+from api.schemas import Deployment, Model, Version, VersionPage
 from tracker import catalog
 from tracker.catalog import DeploymentInfo, ModelInfo, VersionInfo
 from tracker.render import iso
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
+#: Every route here: bearer auth, and these problems (see ``api.openapi``).
+_READ: dict[str, Any] = {"responses": problems(401, 404, 503), "openapi_extra": operation()}
 
 
 def render_version(version: VersionInfo) -> dict[str, Any]:
@@ -77,7 +81,7 @@ async def _version(resources: Resources, model: ModelInfo, version_id: str) -> V
     return found[0]
 
 
-@router.get("/models/{owner}/{name}")
+@router.get("/models/{owner}/{name}", response_model=Model, **_READ)
 async def get_model(
     request: Request, owner: str, name: str, _: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
@@ -88,7 +92,7 @@ async def get_model(
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
 
 
-@router.get("/models/{owner}/{name}/versions")
+@router.get("/models/{owner}/{name}/versions", response_model=VersionPage, **_READ)
 async def list_model_versions(
     owner: str, name: str, _: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
@@ -98,7 +102,7 @@ async def list_model_versions(
     return FastJSONResponse({"next": None, "previous": None, "results": results})
 
 
-@router.get("/models/{owner}/{name}/versions/{version_id}")
+@router.get("/models/{owner}/{name}/versions/{version_id}", response_model=Version, **_READ)
 async def get_model_version(
     owner: str, name: str, version_id: str, _: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
@@ -106,7 +110,7 @@ async def get_model_version(
     return FastJSONResponse(render_version(await _version(resources, model, version_id)))
 
 
-@router.get("/deployments/{owner}/{name}")
+@router.get("/deployments/{owner}/{name}", response_model=Deployment, **_READ)
 async def get_deployment(
     owner: str, name: str, _: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:

@@ -13,15 +13,28 @@ from api import serving
 from api.deadlines import parse_cancel_after
 from api.deps import AccountDep, Resources, ResourcesDep
 from api.idempotency import from_request
+from api.openapi import CREATE_HEADERS, CREATED_HEADERS, operation, problems
 from api.prefer import Done, parse_wait, wait_or_disconnect
 from api.priority import parse_priority_header
 from api.protocol import PredictionCreate
 from api.responses import FastJSONResponse
+from api.schemas import Prediction, PredictionPage
 from api.timing import timing_headers
 from tracker.render import prediction_urls, render_prediction
 from tracker.states import Status
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
+
+
+def _create(*statuses: int) -> dict[str, Any]:
+    """What a create route declares besides its path: body, headers, problems (``api.openapi``)."""
+    created = {"description": "The prediction, created (or replayed).", "headers": CREATED_HEADERS}
+    return {
+        "status_code": 201,
+        "response_model": Prediction,
+        "responses": {201: created, **problems(400, 401, *statuses, 409, 413, 422, 503)},
+        "openapi_extra": operation(*CREATE_HEADERS),
+    }
 
 
 async def _created(
@@ -90,7 +103,7 @@ def _respond(prediction: dict[str, Any], headers: dict[str, str]) -> FastJSONRes
     return FastJSONResponse(prediction, status_code=201, headers=headers)
 
 
-@router.post("/predictions", status_code=201)
+@router.post("/predictions", **_create())
 async def create_prediction(
     request: Request, body: PredictionCreate, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
@@ -98,7 +111,7 @@ async def create_prediction(
     return await _created(request, resources, account, destination, body)
 
 
-@router.post("/models/{owner}/{name}/predictions", status_code=201)
+@router.post("/models/{owner}/{name}/predictions", **_create(404))
 async def create_model_prediction(
     request: Request,
     owner: str,
@@ -111,7 +124,7 @@ async def create_model_prediction(
     return await _created(request, resources, account, destination, body)
 
 
-@router.post("/deployments/{owner}/{name}/predictions", status_code=201)
+@router.post("/deployments/{owner}/{name}/predictions", **_create(404))
 async def create_deployment_prediction(
     request: Request,
     owner: str,
@@ -124,7 +137,12 @@ async def create_deployment_prediction(
     return await _created(request, resources, account, destination, body)
 
 
-@router.get("/predictions")
+@router.get(
+    "/predictions",
+    response_model=PredictionPage,
+    responses=problems(400, 401, 503),
+    openapi_extra=operation(),
+)
 async def list_predictions(
     request: Request, account: AccountDep, resources: ResourcesDep, cursor: str | None = None
 ) -> FastJSONResponse:
@@ -132,7 +150,12 @@ async def list_predictions(
     return FastJSONResponse(await serving.list_page(resources, account, base, cursor))
 
 
-@router.get("/predictions/{prediction_id}")
+@router.get(
+    "/predictions/{prediction_id}",
+    response_model=Prediction,
+    responses=problems(401, 404, 503),
+    openapi_extra=operation(),
+)
 async def get_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
@@ -140,7 +163,12 @@ async def get_prediction(
     return FastJSONResponse(render_prediction(row, resources.base_url(request)))
 
 
-@router.post("/predictions/{prediction_id}/cancel")
+@router.post(
+    "/predictions/{prediction_id}/cancel",
+    response_model=Prediction,
+    responses=problems(401, 404, 503),
+    openapi_extra=operation(),
+)
 async def cancel_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:

@@ -25,13 +25,16 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from api import serving
 from api.deps import AccountDep, ResourcesDep
 from api.errors import InvalidRequest
+from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
 from tracker.events import EventLog, EventType, done_data, output_text
 from tracker.states import Status
 
 router = APIRouter(prefix="/v1")
 
 PUBLIC_EVENTS = {EventType.OUTPUT, EventType.LOGS, EventType.ERROR, EventType.DONE}
-_STREAM_ID = re.compile(r"\d+-\d+")
+_STREAM_ID = re.compile(r"[0-9]+-[0-9]+")
+#: Each part of a Redis stream id is an unsigned 64-bit number; Redis refuses larger ones.
+_MAX_ID_PART = 2**64 - 1
 
 
 def _position(event_id: str) -> tuple[int, int]:
@@ -43,7 +46,7 @@ def parse_last_event_id(header: str | None) -> str:
     """The stream position to resume after: ``"0"`` (from the start) without a header."""
     if not header:
         return "0"
-    if not _STREAM_ID.fullmatch(header):
+    if not _STREAM_ID.fullmatch(header) or max(_position(header)) > _MAX_ID_PART:
         raise InvalidRequest(
             f"Last-Event-ID must be an event id from this stream, got {header!r}",
             errors=[{"field": "Last-Event-ID", "message": "expected <digits>-<digits>"}],
@@ -77,7 +80,18 @@ async def follow(
                 return
 
 
-@router.get("/predictions/{prediction_id}/stream")
+@router.get(
+    "/predictions/{prediction_id}/stream",
+    response_class=EventSourceResponse,
+    responses={
+        200: {
+            "description": "Server-sent events: output, logs, error and done, each with an id.",
+            "content": {"text/event-stream": {"itemSchema": STREAM_EVENT}},
+        },
+        **problems(400, 401, 404, 503),
+    },
+    openapi_extra=operation(LAST_EVENT_ID),
+)
 async def stream_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> EventSourceResponse:
