@@ -25,8 +25,8 @@ import aiohttp
 from sqlalchemy.engine import RowMapping
 
 from director import metrics
+from director.attempts import Attempt
 from director.backoff import StartBackoff
-from director.receiver import Inflight
 from director.runner_client import (
     InputRejected,
     RunnerClient,
@@ -63,7 +63,7 @@ class Execution:
         *,
         runner: RunnerClient,
         tracker: AttemptTracker,
-        inflight: Inflight,
+        attempt: Attempt,
         webhook: str,
         timeout: float,
         cancel_in: float | None = None,
@@ -75,7 +75,7 @@ class Execution:
     ) -> None:
         self.runner = runner
         self.tracker = tracker
-        self.inflight = inflight
+        self.attempt = attempt
         self.webhook = webhook
         self.timeout = timeout
         self.cancel_grace = cancel_grace
@@ -144,7 +144,7 @@ class Execution:
                 Status.FAILED, error=f"Invalid input: {rejected.detail}"
             )
         if not started:
-            if self.inflight.cancel.is_set():
+            if self.attempt.cancel.is_set():
                 return await self.tracker.finish(Status.CANCELED)
             return await self._finish_at_limit()
         return await self._following()
@@ -176,7 +176,7 @@ class Execution:
         attempt = 0
         while True:
             await self._poll_cancel_flag(watching=True)
-            if self.inflight.cancel.is_set() or self._loop.time() >= self._limit_at:
+            if self.attempt.cancel.is_set() or self._loop.time() >= self._limit_at:
                 return False
             retry_after: float | None = None
             try:
@@ -205,7 +205,7 @@ class Execution:
             attempt += 1
             remaining = max(0.0, self._limit_at - self._loop.time())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.inflight.cancel.wait(), min(wait, remaining))
+                await asyncio.wait_for(self.attempt.cancel.wait(), min(wait, remaining))
             if wait >= remaining:
                 # No offer before the runner's wait is over: a timer that fires a hair early
                 # must not sneak in one more start just short of the deadline.
@@ -216,7 +216,7 @@ class Execution:
         stream breaks off, the runner sends the rest as webhooks instead."""
         try:
             async for snapshot in feed.snapshots():
-                self.inflight.snapshots.put_nowait(snapshot)
+                self.attempt.snapshots.put_nowait(snapshot)
         except (aiohttp.ClientError, TimeoutError) as error:
             log.info("snapshot stream of %s broke off: %r", self.prediction_id, error)
         finally:
@@ -256,7 +256,7 @@ class Execution:
         """Cancels are published fire-and-forget; one sent while this director was not
         subscribed is only in Postgres. Look there, at most once per monitor interval."""
         now = self._loop.time()
-        if not watching or self.inflight.cancel.is_set() or now < self._flag_check_at:
+        if not watching or self.attempt.cancel.is_set() or now < self._flag_check_at:
             return
         self._flag_check_at = now + self.monitor.interval
         try:
@@ -266,7 +266,7 @@ class Execution:
             return
         if flagged:
             log.info("%s was flagged for cancel; canceling on the runner", self.prediction_id)
-            self.inflight.cancel.set()
+            self.attempt.cancel.set()
 
     async def _cancel_ignored(self) -> RowMapping | None:
         """The runner never confirmed the cancel: record the outcome ourselves, and stop
@@ -280,17 +280,17 @@ class Execution:
     async def _next(self, seconds: float, watch_cancel: bool) -> PredictionResponse | Interruption:
         """The next runner snapshot, or why none came: "cancel", or "quiet" (nothing within
         ``seconds``; the caller decides whether that means its limit passed)."""
-        if self.inflight.lost:
+        if self.attempt.lease.lost:
             raise _Lost
-        if not self.inflight.snapshots.empty():
-            return self.inflight.snapshots.get_nowait()
-        if watch_cancel and self.inflight.cancel.is_set():
+        if not self.attempt.snapshots.empty():
+            return self.attempt.snapshots.get_nowait()
+        if watch_cancel and self.attempt.cancel.is_set():
             return "cancel"
-        getter = asyncio.ensure_future(self.inflight.snapshots.get())
+        getter = asyncio.ensure_future(self.attempt.snapshots.get())
         waiters: set[asyncio.Future[Any]] = {getter}
         canceller = None
         if watch_cancel:
-            canceller = asyncio.ensure_future(self.inflight.cancel.wait())
+            canceller = asyncio.ensure_future(self.attempt.cancel.wait())
             waiters.add(canceller)
         done, _ = await asyncio.wait(
             waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED
@@ -308,7 +308,7 @@ class Execution:
         """The snapshot that says the most of those already here: the terminal one, or else
         the last. Snapshots are cumulative, so the ones skipped add nothing to it; a fast
         run's start and end then make one write rather than two."""
-        queue = self.inflight.snapshots
+        queue = self.attempt.snapshots
         while not snapshot.status.is_terminal and not queue.empty():
             snapshot = queue.get_nowait()
         return snapshot
@@ -325,7 +325,7 @@ class Execution:
             await self._cancel_on_runner()
             return True
         if self.tracker.cancel_requested:
-            self.inflight.cancel.set()  # flagged before it started: the follow loop cancels
+            self.attempt.cancel.set()  # flagged before it started: the follow loop cancels
         await self.tracker.progress(snapshot.output, snapshot.logs)
         if not snapshot.status.is_terminal:
             return None

@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog
-from tracker.intermediate import IntermediateSender
+from tracker.fence import Fence
+from tracker.intermediate import IntermediateSender, SendSlots
 from tracker.tables import Account
 from tracker.tracker import Publishing
 from tracker.webhooks import WebhookPolicy
@@ -33,16 +34,18 @@ class Outbound:
         self.policy = policy
         self.session = session
         self.dispatcher = dispatcher
+        self.slots = SendSlots(session, policy)
         self._secrets: dict[int, str] = {}
 
-    async def publishing(self, row: Mapping[Any, Any]) -> Publishing:
+    async def publishing(self, row: Mapping[Any, Any], fence: Fence) -> Publishing:
+        """Where one attempt publishes, every channel behind the attempt's ``fence``."""
         webhooks = None
         if any(wants(row, event) for event in INTERMEDIATE_EVENTS):
             secret = await self._secret(row["account_id"])
             webhooks = IntermediateSender(
-                self.session, self.policy, row["webhook"], secret, row["webhook_events_filter"]
+                self.slots, row["webhook"], secret, row["webhook_events_filter"], fence
             )
-        return Publishing(self.events, self.policy.public_url, self.dispatcher, webhooks)
+        return Publishing(self.events, self.policy.public_url, self.dispatcher, webhooks, fence)
 
     async def _secret(self, account_id: int) -> str:
         # Secrets never change for an account; one read per account per process.

@@ -11,13 +11,12 @@ import socket
 import aiohttp
 import orjson
 
+from director.attempts import Attempts
 from director.deployment import load_deployment
 from director.director import Director
-from director.maintenance import Maintenance
 from director.outbound import Outbound
 from director.queue import connect as connect_redis
 from director.receiver import Receiver
-from director.reconciler import Reconciler
 from director.runner_client import RunnerClient
 from director.settings import DirectorSettings
 from tracker.db import make_engine
@@ -50,7 +49,10 @@ async def serve(settings: DirectorSettings) -> None:
         connector=aiohttp.TCPConnector(limit=settings.concurrency * 2 + 8),
         json_serialize=_json,
     )
-    receiver = Receiver(settings.receiver_host, settings.receiver_port, settings.receiver_url)
+    attempts = Attempts(settings.concurrency)
+    receiver = Receiver(
+        settings.receiver_host, settings.receiver_port, settings.receiver_url, attempts
+    )
     policy = WebhookSettings().policy(settings.public_url)
     webhook_session = open_session(policy)
     dispatcher = Dispatcher(engine, policy, webhook_session)
@@ -67,9 +69,10 @@ async def serve(settings: DirectorSettings) -> None:
             engine,
             redis,
             RunnerClient(settings.runner_url, session),
-            receiver,
+            attempts,
             consumer=director_id(settings),
             outbound=outbound,
+            webhook_url=receiver.webhook_url,
         )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -78,18 +81,11 @@ async def serve(settings: DirectorSettings) -> None:
             "director %s for %s reading %d streams, runner %s, receiver %s",
             director.consumer,
             deployment.name,
-            len(director.streams),
+            len(director.intake.streams),
             settings.runner_url,
             receiver.public_url,
         )
-        maintenance = Maintenance(director)
-        maintenance.start()
-        reconciler = asyncio.create_task(Reconciler(director).run_forever())
-        try:
-            await director.run()
-        finally:
-            reconciler.cancel()
-            await maintenance.stop()
+        await director.run()
     finally:
         await dispatcher.stop()
         await webhook_session.close()

@@ -1,13 +1,13 @@
 """The director's inbox for runner webhooks (aiohttp.web).
 
 Runners POST their snapshots to ``/runner/<prediction id>/<attempt>``; the receiver hands each
-to the in-flight prediction it belongs to and answers at once. A snapshot for an attempt that is
-no longer in flight (a stale runner, a previous attempt) is acknowledged and dropped.
+to the attempt it belongs to (looked up in the director's registry) and answers at once. A
+snapshot for an attempt that is no longer in flight (a stale runner, a previous attempt) is
+acknowledged and dropped.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 
@@ -15,31 +15,19 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
+from director.attempts import Attempts
 from director.metrics import REGISTRY
 from runners.protocol import PredictionResponse
 
 log = logging.getLogger(__name__)
 
 
-class Inflight:
-    """What the worker running one prediction attempt listens to."""
-
-    def __init__(self, prediction_id: str) -> None:
-        self.prediction_id = prediction_id
-        self.attempt: int | None = None
-        self.snapshots: asyncio.Queue[PredictionResponse] = asyncio.Queue()
-        self.cancel = asyncio.Event()
-        #: Set when a heartbeat finds the entry pending for another director: this one was
-        #: presumed dead and its work was reclaimed.
-        self.lost = False
-
-
 class Receiver:
-    def __init__(self, host: str, port: int, public_url: str | None) -> None:
+    def __init__(self, host: str, port: int, public_url: str | None, attempts: Attempts) -> None:
         self.host = host
         self.port = port
         self._public_url = public_url
-        self.inflight: dict[str, Inflight] = {}
+        self.attempts = attempts
         self._runner: web.AppRunner | None = None
 
     @property
@@ -70,7 +58,7 @@ class Receiver:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "inflight": len(self.inflight)})
+        return web.json_response({"status": "ok", "inflight": len(self.attempts)})
 
     async def _webhook(self, request: web.Request) -> web.Response:
         prediction_id = request.match_info["prediction_id"]
@@ -80,8 +68,8 @@ class Receiver:
         except (ValueError, ValidationError) as error:
             log.warning("bad runner webhook for %s: %s", prediction_id, error)
             return web.json_response({"error": "invalid payload"}, status=400)
-        target = self.inflight.get(prediction_id)
-        if target is None or target.attempt != attempt:
+        target = self.attempts.for_prediction(prediction_id)
+        if target is None or target.lease.attempt != attempt:
             return web.json_response({"ignored": True})
         target.snapshots.put_nowait(snapshot)
         return web.json_response({})

@@ -11,26 +11,26 @@ reads the copy of a prediction a live director runs acknowledges it and changes 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director import metrics
-from director.director import Director
-from director.queue import Target, reconcile_lock_key
+from director.queue import Queue, Target
+from director.settings import DirectorSettings
+from tracker import keys
+from tracker.states import UNFINISHED, Status, sql_list
 
 log = logging.getLogger(__name__)
 
-EPOCH_KEY = "conduit:epoch"
 _CANDIDATES = text(
-    """
+    f"""
     SELECT id, account_id, status, claim_owner FROM predictions
-    WHERE stream = :target AND status IN ('starting', 'processing')
+    WHERE stream = :target AND status IN {sql_list(UNFINISHED)}
       AND created_at < now() - make_interval(secs => :age)
     ORDER BY created_at
     LIMIT 10000
@@ -39,33 +39,38 @@ _CANDIDATES = text(
 
 
 _STILL_UNFINISHED = text(
-    "SELECT id FROM predictions WHERE id = ANY(:ids) AND status IN ('starting', 'processing')"
+    f"SELECT id FROM predictions WHERE id = ANY(:ids) AND status IN {sql_list(UNFINISHED)}"
 )
 
 
 class Reconciler:
-    def __init__(self, director: Director) -> None:
-        self.director = director
-        self.settings = director.settings
-
-    async def run_forever(self) -> None:
-        while True:
-            try:
-                await self.pass_once()
-            except (RedisError, DBAPIError, OSError) as error:
-                log.debug("reconciler pass skipped: %r", error)
-            await asyncio.sleep(self.settings.reconcile_interval)
+    def __init__(
+        self,
+        settings: DirectorSettings,
+        engine: AsyncEngine,
+        queue: Queue,
+        targets: Sequence[Target],
+        streams: Callable[[], list[str]],
+        consumer: str,
+    ) -> None:
+        """``streams``: the input streams the director reads now (current and draining)."""
+        self.settings = settings
+        self.engine = engine
+        self.queue = queue
+        self.redis = queue.redis
+        self.targets = targets
+        self.streams = streams
+        self.consumer = consumer
 
     async def _redis_epoch_age(self) -> float:
         """Seconds since this Redis's data began (a restart without data starts a new epoch)."""
-        redis = self.director.redis
         now = time.time()
-        created = await redis.set(EPOCH_KEY, str(now), nx=True)
+        created = await self.redis.set(keys.EPOCH_KEY, str(now), nx=True)
         if created:
             log.warning("Redis has no epoch marker: new or emptied; rebuilding queue state")
-            await self.director.queue.ensure_groups(self.director.all_streams)
+            await self.queue.ensure_groups(self.streams())
             return 0.0
-        value = await redis.get(EPOCH_KEY)
+        value = await self.redis.get(keys.EPOCH_KEY)
         return now - float(value or now)
 
     async def pass_once(self) -> int:
@@ -73,17 +78,17 @@ class Reconciler:
         # After a data loss, directors' liveness keys are gone until their next heartbeat.
         liveness_known = epoch_age > max(self.settings.heartbeat_every * 3, 5)
         requeued = 0
-        for target in self.director.deployment.targets:
-            lock = reconcile_lock_key(f"{target.kind}-{target.key}")
+        for target in self.targets:
             ttl_ms = int(self.settings.reconcile_interval * 1000)
-            if not await self.director.redis.set(lock, self.director.consumer, nx=True, px=ttl_ms):
+            lock = target.reconcile_lock
+            if not await self.redis.set(lock, self.consumer, nx=True, px=ttl_ms):
                 continue
             requeued += await self._reconcile(target, liveness_known)
         return requeued
 
     async def _reconcile(self, target: Target, liveness_known: bool) -> int:
-        params = {"target": f"{target.kind}-{target.key}", "age": self.settings.reconcile_after}
-        async with self.director.engine.connect() as conn:
+        params = {"target": target.name, "age": self.settings.reconcile_after}
+        async with self.engine.connect() as conn:
             candidates = (await conn.execute(_CANDIDATES, params)).all()
         if not candidates:
             return 0
@@ -92,7 +97,7 @@ class Reconciler:
         if not missing:
             return 0
         # Some may have finished (and left the stream) between the query and the scan.
-        async with self.director.engine.connect() as conn:
+        async with self.engine.connect() as conn:
             ids = [c[0] for c in missing]
             unfinished = set((await conn.execute(_STILL_UNFINISHED, {"ids": ids})).scalars())
         requeued = 0
@@ -100,9 +105,10 @@ class Reconciler:
             pid = prediction_id
             if prediction_id not in unfinished:
                 continue
-            if status == "processing" and (not liveness_known or await self._runs(owner, pid)):
+            running = status == Status.PROCESSING.value
+            if running and (not liveness_known or await self._runs(owner, pid)):
                 continue
-            await self.director.queue.enqueue(target.streams_for(account_id), prediction_id)
+            await self.queue.enqueue(target.streams_for(account_id), prediction_id)
             requeued += 1
         if requeued:
             metrics.REENQUEUED.inc(requeued)
@@ -114,15 +120,13 @@ class Reconciler:
         director restarted under the same name is alive but runs nothing it lost)."""
         if owner is None:
             return False
-        running = await self.director.queue.running_on(owner)
+        running = await self.queue.running_on(owner)
         return running is not None and prediction_id in running
 
     async def _queued_ids(self, target: Target) -> set[str]:
-        prefix = target.stream(0).rsplit(":", 1)[0] + ":"
-        streams = [s for s in self.director.all_streams if s.startswith(prefix)]
         ids: set[str] = set()
-        for stream in streams:
-            entries: Any = await self.director.redis.xrange(stream, "-", "+")
+        for stream in (s for s in self.streams() if target.owns(s)):
+            entries: Any = await self.redis.xrange(stream, "-", "+")
             ids.update(
                 (fields[b"id"]).decode() for _, fields in entries if fields and b"id" in fields
             )

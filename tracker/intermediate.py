@@ -11,9 +11,14 @@ Closing never waits: a slow receiver must not hold up the prediction's ``done`` 
 by the webhook timeout, so it may land after ``completed`` (every body carries ``status``; a
 receiver keeps the terminal one).
 
-All senders on one HTTP session share ``policy.concurrency`` request slots. The session's
-connection pool holds twice that, and the durable ``completed`` dispatcher uses at most the
-other half, so slow receivers of intermediate events can never starve ``completed`` deliveries.
+All senders on one HTTP session share one ``SendSlots``: ``policy.concurrency`` request slots.
+The session's connection pool holds twice that, and the durable ``completed`` dispatcher uses at
+most the other half, so slow receivers of intermediate events can never starve ``completed``
+deliveries. The process that opens the session builds its ``SendSlots`` beside it.
+
+Before each send the sender asks its attempt's fence whether the attempt still owns the
+prediction: a director paused past its lease wakes with sends queued (or a throttle timer due)
+and must not deliver them once another director has taken over.
 """
 
 from __future__ import annotations
@@ -21,40 +26,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import aiohttp
 
+from tracker.fence import Fence, Unfenced
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
 log = logging.getLogger(__name__)
 
-_SLOTS: weakref.WeakKeyDictionary[aiohttp.ClientSession, asyncio.Semaphore] = (
-    weakref.WeakKeyDictionary()
-)
-#: Closed senders whose last request is still on the wire: held here so they are not collected.
-_LINGERING: set[asyncio.Task[None]] = set()
 
+class SendSlots:
+    """What every sender on one HTTP session shares: its request slots, and the closed senders
+    whose last request is still on the wire (held so they are not collected)."""
 
-def _slots(session: aiohttp.ClientSession, policy: WebhookPolicy) -> asyncio.Semaphore:
-    slots = _SLOTS.get(session)
-    if slots is None:
-        slots = _SLOTS[session] = asyncio.Semaphore(policy.concurrency)
-    return slots
+    def __init__(self, session: aiohttp.ClientSession, policy: WebhookPolicy) -> None:
+        self.session = session
+        self.policy = policy
+        self.semaphore = asyncio.Semaphore(policy.concurrency)
+        self.lingering: set[asyncio.Task[None]] = set()
+
+    def linger(self, task: asyncio.Task[None]) -> None:
+        self.lingering.add(task)
+        task.add_done_callback(self.lingering.discard)
 
 
 class IntermediateSender:
     def __init__(
         self,
-        session: aiohttp.ClientSession,
-        policy: WebhookPolicy,
+        slots: SendSlots,
         url: str,
         secret: str,
         events: Sequence[str] | None,
+        fence: Fence | None = None,
     ) -> None:
-        self.session = session
-        self.policy = policy
+        self.slots = slots
+        self.session = slots.session
+        self.policy = slots.policy
         self.url = url
         self.secret = secret
         self.events = set(events) if events is not None else {"start", "output", "logs"}
@@ -64,11 +72,7 @@ class IntermediateSender:
         self._sending = False
         self._closed = False
         self._task: asyncio.Task[None] | None = None
-        self.sent: list[str] = []
-        #: Asked before each send whether the attempt still owns the prediction: a director
-        #: paused past its lease wakes with sends queued (or a throttle timer due) and must
-        #: not deliver them once another director has taken over.
-        self.still_ours: Callable[[], Awaitable[bool]] | None = None
+        self.fence: Fence = fence or Unfenced()
 
     def offer(self, event: str, body: Callable[[], str]) -> None:
         """Queue ``event``; ``body`` renders the prediction when the request is made."""
@@ -91,11 +95,11 @@ class IntermediateSender:
             delay = next_allowed - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if self.still_ours is not None and not await self.still_ours():
+            if not await self.fence.held():
                 self._closed = True
                 self._start = self._latest = None
                 return
-            async with _slots(self.session, self.policy):
+            async with self.slots.semaphore:
                 taken = self._take()
                 if taken is None:
                     continue
@@ -118,7 +122,6 @@ class IntermediateSender:
                 self.secret,
                 render(),
             )
-            self.sent.append(event)
         except DeliveryFailed as failure:
             log.debug("intermediate %s webhook dropped: %s", event, failure)
         except Exception:  # never let one bad send silence the rest of the prediction
@@ -143,7 +146,6 @@ class IntermediateSender:
             return
         # The pump ends after this send (it checks ``_closed``); the timer only backs up the
         # session's own timeout.
-        _LINGERING.add(task)
-        task.add_done_callback(_LINGERING.discard)
+        self.slots.linger(task)
         timer = asyncio.get_running_loop().call_later(self.policy.timeout, task.cancel)
         task.add_done_callback(lambda _: timer.cancel())

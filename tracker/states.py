@@ -55,3 +55,46 @@ def check_transition(current: Status, target: Status) -> None:
 def sources_of(target: Status) -> tuple[str, ...]:
     """Statuses a row may be in for ``target`` to be a legal next state (for conditional SQL)."""
     return tuple(s.value for s, targets in TRANSITIONS.items() if target in targets)
+
+
+#: Statuses that still have a transition ahead: the work a queue entry stands for.
+UNFINISHED: tuple[str, ...] = tuple(s.value for s in Status if not s.is_terminal)
+
+
+def sql_list(statuses: tuple[str, ...]) -> str:
+    """``('a', 'b')`` for a SQL ``IN``: statement texts are built from this table, never typed."""
+    return "(" + ", ".join(f"'{status}'" for status in statuses) + ")"
+
+
+class Lifecycle:
+    """Where one attempt's prediction stands; it moves only along ``TRANSITIONS``.
+
+    Built from the status a claim read (``claimed``), or by name for the two ways an attempt
+    starts from a status it did not read: following a run already under way (``resumed``) and
+    running a lost run again from scratch (``rerun``).
+    """
+
+    __slots__ = ("_status",)
+
+    def __init__(self, status: Status) -> None:
+        self._status = status
+
+    @classmethod
+    def claimed(cls, status: str) -> Lifecycle:
+        return cls(Status(status))
+
+    @classmethod
+    def resumed(cls) -> Lifecycle:
+        return cls(Status.PROCESSING)
+
+    @classmethod
+    def rerun(cls) -> Lifecycle:
+        return cls(Status.STARTING)
+
+    @property
+    def status(self) -> Status:
+        return self._status
+
+    def move(self, target: Status) -> None:
+        check_transition(self._status, target)
+        self._status = target

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -24,10 +24,11 @@ from tracker import store
 from tracker.batch_writes import ran
 from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType, output_text
+from tracker.fence import Fence, Unfenced
 from tracker.intermediate import IntermediateSender
 from tracker.render import render_prediction
 from tracker.retry import TRANSIENT, persistently
-from tracker.states import Status, check_transition
+from tracker.states import Lifecycle, Status, check_transition
 from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 log = logging.getLogger(__name__)
@@ -35,12 +36,14 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Publishing:
-    """Where an attempt's changes go besides Postgres."""
+    """Where an attempt's changes go besides Postgres, and the fence they all pass: built once
+    per attempt, so the events and the intermediate webhooks ask the same lease."""
 
     events: EventLog
     base_url: str
     dispatcher: Dispatcher | None = None
     webhooks: IntermediateSender | None = None
+    fence: Fence = field(default_factory=Unfenced)
 
 
 class AttemptTracker:
@@ -51,7 +54,9 @@ class AttemptTracker:
         publishing: Publishing,
         flush_interval: float = 0.5,
         hardware: str = UNKNOWN_HARDWARE,
+        lifecycle: Lifecycle | None = None,
     ) -> None:
+        """``lifecycle`` defaults to the status the claim read (``Lifecycle.claimed``)."""
         self.engine = engine
         self.prediction_id: str = row["id"]
         self.attempt: int = row["attempt"]
@@ -60,17 +65,23 @@ class AttemptTracker:
         self.flush_interval = flush_interval
         #: What the runner runs on, for the usage record.
         self.hardware = hardware
-        self.status = Status.STARTING
+        self.lifecycle = lifecycle or Lifecycle.claimed(row["status"])
         self.output: Any = None
         self.logs = ""
         self._published_outputs = 0
         self._dirty = False
         self._flusher: asyncio.Task[None] | None = None
-        #: Set when a fenced write found another attempt in charge: publish nothing more.
-        self.fenced = False
         #: Set when the start found a cancel already flagged in Postgres: a cancel published
         #: while nobody listened. The execution cancels on the runner when it sees it.
         self.cancel_requested = False
+
+    @property
+    def status(self) -> Status:
+        return self.lifecycle.status
+
+    @property
+    def fence(self) -> Fence:
+        return self.publishing.fence
 
     @property
     def _wants_completed(self) -> bool:
@@ -99,14 +110,13 @@ class AttemptTracker:
         """Record that the model began running. False when this attempt no longer owns it."""
         if self.status is not Status.STARTING:
             return True
-        check_transition(self.status, Status.PROCESSING)
         row = await persistently(
             f"recording start of {self.prediction_id}",
             lambda: store.mark_processing(self.engine, self.prediction_id, self.attempt),
         )
         if row is None:
             return False
-        self.status = Status.PROCESSING
+        self.lifecycle.move(Status.PROCESSING)
         self.state["started_at"] = row["started_at"]
         self.cancel_requested = bool(row["cancel_requested"])
         await self._publish([(EventType.STATUS, Status.PROCESSING.value)])
@@ -117,7 +127,7 @@ class AttemptTracker:
 
     async def progress(self, output: Any, logs: str | None) -> None:
         """Take a runner snapshot. Snapshots can arrive out of order: never go backwards."""
-        if self.fenced:
+        if self.fence.lost:
             return
         events: list[tuple[EventType, str]] = []
         if isinstance(output, list) and not _shorter(output, self.output):
@@ -138,7 +148,11 @@ class AttemptTracker:
             self._schedule_flush()
 
     async def _publish(self, events: list[tuple[EventType, str]]) -> None:
-        """Live events are best effort: a Redis blip must not fail the prediction."""
+        """Live events are best effort: a Redis blip must not fail the prediction. Only an
+        attempt that still holds its prediction appends them (the terminal events follow a
+        fenced write that won, and go out through ``finish``)."""
+        if not await self.fence.held():
+            return
         try:
             await self.publishing.events.append(self.prediction_id, events)
         except TRANSIENT as error:
@@ -157,7 +171,7 @@ class AttemptTracker:
         """Write the accumulated progress, at most once per ``flush_interval``, until nothing
         new is left: snapshots that arrive during a write, or a write that failed, are caught
         by the next round rather than waiting for the next snapshot."""
-        while self._dirty and not self.fenced:
+        while self._dirty and not self.fence.lost:
             await asyncio.sleep(self.flush_interval)
             self._dirty = False
             try:
@@ -169,7 +183,7 @@ class AttemptTracker:
                 self._dirty = True
                 continue
             if not saved:
-                self.fenced = True
+                self.fence.revoke("a progress write found another attempt in charge")
 
     async def finish(
         self,
@@ -184,7 +198,7 @@ class AttemptTracker:
 
         ``times`` are what the runner reported for the run, when it did.
         """
-        check_transition(self.status, status)
+        check_transition(self.status, status)  # fail loudly before writing anything
         await self._stop_flusher()
         last_chunks: list[tuple[EventType, str]] = []
         if isinstance(output, list):
@@ -220,7 +234,7 @@ class AttemptTracker:
             # Returns at once (a slow receiver never holds up "done"); dropping what is pending
             # now, before the status changes, keeps an intermediate webhook from carrying it.
             self.publishing.webhooks.close()
-        self.status = status
+        self.lifecycle.move(status)
         final = orjson.dumps(render_prediction(row, self.publishing.base_url)).decode()
         # Waiters and streams end on "done": it must get out even through a Redis blip.
         await persistently(

@@ -14,8 +14,10 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from director.attempts import Attempt
 from director.execution import RERUN_AFTER_OUTPUT, Execution
-from director.receiver import Inflight
+from director.leases import Lease
+from director.queue import Entry
 from director.runner_client import RunnerClient
 from director.runner_monitor import RunnerMonitor
 from tests.fixtures.predictions import inserted_prediction
@@ -164,7 +166,7 @@ async def _rerun(engine: AsyncEngine, pid: str, events: EventLog) -> RowMapping 
         execution = Execution(
             runner=runner,
             tracker=tracker,
-            inflight=Inflight(pid),
+            attempt=Attempt(Entry("input:prediction:{dp-t/t}:0", "0-1", pid), Lease(pid)),
             webhook="http://127.0.0.1:9/runner",
             timeout=0.5,
             cancel_grace=0.1,

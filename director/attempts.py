@@ -1,0 +1,100 @@
+"""One record per queue entry a director holds, in one registry.
+
+An ``Attempt`` is born when an entry is read (``WAITING`` for a worker slot), runs
+(``RUNNING``: claim, drive the runner, record) and leaves the registry when its worker ends.
+Everything that asks "is this entry, or this prediction, handled here?" asks the registry: the
+read loop (a redelivery of what runs here waits its turn), the heartbeat (which entries to
+renew), the receiver (whose snapshot is this) and the cancel listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from director.leases import Lease
+from director.queue import Entry
+from runners.protocol import PredictionResponse
+
+
+class Stage(enum.Enum):
+    WAITING = "waiting"  # read; waits for a worker slot
+    RUNNING = "running"  # a worker claims, runs and records it
+
+
+@dataclass(eq=False)
+class Attempt:
+    entry: Entry
+    lease: Lease
+    stage: Stage = Stage.WAITING
+    task: asyncio.Task[None] | None = None
+    #: The runner's snapshots, from its webhooks (the receiver) or its snapshot stream.
+    snapshots: asyncio.Queue[PredictionResponse] = field(default_factory=asyncio.Queue)
+    #: Set by a cancel published for the prediction (or found flagged in Postgres).
+    cancel: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def prediction_id(self) -> str:
+        return self.entry.prediction_id
+
+
+class Attempts:
+    def __init__(self, concurrency: int) -> None:
+        self.concurrency = concurrency
+        self._by_entry: dict[tuple[str, str], Attempt] = {}
+        self._by_prediction: dict[str, Attempt] = {}
+        self._waiting: collections.deque[Attempt] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._by_entry)
+
+    def __iter__(self) -> Iterator[Attempt]:
+        return iter(list(self._by_entry.values()))
+
+    def holds(self, entry: Entry) -> bool:
+        """This entry, or another for the same prediction, is waiting or running here."""
+        return entry.key in self._by_entry or entry.prediction_id in self._by_prediction
+
+    def get(self, key: tuple[str, str]) -> Attempt | None:
+        return self._by_entry.get(key)
+
+    def for_prediction(self, prediction_id: str) -> Attempt | None:
+        return self._by_prediction.get(prediction_id)
+
+    def add(self, entry: Entry, lease: Lease) -> Attempt:
+        attempt = Attempt(entry, lease)
+        self._by_entry[entry.key] = attempt
+        self._by_prediction[entry.prediction_id] = attempt
+        self._waiting.append(attempt)
+        return attempt
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def running(self) -> list[Attempt]:
+        return [a for a in self._by_entry.values() if a.stage is Stage.RUNNING]
+
+    def idle_workers(self) -> int:
+        return self.concurrency - (len(self._by_entry) - len(self._waiting))
+
+    def free(self) -> int:
+        """Entries this director may still take on (waiting ones count as taken)."""
+        return self.concurrency - len(self._by_entry)
+
+    def next_to_run(self) -> Attempt | None:
+        """The oldest waiting attempt, when a worker slot is free."""
+        if not self._waiting or len(self._by_entry) - len(self._waiting) >= self.concurrency:
+            return None
+        attempt = self._waiting.popleft()
+        attempt.stage = Stage.RUNNING
+        return attempt
+
+    def remove(self, attempt: Attempt) -> None:
+        if self._by_entry.get(attempt.entry.key) is attempt:
+            del self._by_entry[attempt.entry.key]
+        if self._by_prediction.get(attempt.prediction_id) is attempt:
+            del self._by_prediction[attempt.prediction_id]

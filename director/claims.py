@@ -1,0 +1,132 @@
+"""Claiming a queue entry's prediction, and what a claim of a prediction left running means.
+
+A claim is a conditional UPDATE: taken when unclaimed, claimed by this director's name
+before, or claimed by a director that is no longer alive. One running on a live director is
+left alone and this duplicate entry dropped (that director's own entry and the reconciler
+cover the rest). A prediction claimed while ``processing`` was left behind by a dead director:
+this director's runner may still be running it (``attach``: follow it, nothing runs twice), or
+it runs again from scratch if the deployment allows another run (``rerun``), or it fails as
+interrupted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from dataclasses import dataclass
+
+import orjson
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from director.queue import Entry, Queue
+from director.runner_client import STOCK_COG, RunnerClient, RunnerError, SnapshotFeed
+from director.runner_monitor import RunnerMonitor
+from tracker import store
+from tracker.events import EventLog
+from tracker.render import render_prediction
+from tracker.states import Status
+
+log = logging.getLogger(__name__)
+
+
+class Verdict(enum.Enum):
+    """Why a claim gave no row to run."""
+
+    #: Nothing to run here: finished already, or running on a live director. Acknowledge.
+    DROP = "drop"
+    #: Changed hands while this director looked: leave the entry pending, look again later.
+    LATER = "later"
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    row: RowMapping
+
+
+class Claims:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        queue: Queue,
+        consumer: str,
+        events: EventLog,
+        public_url: str,
+    ) -> None:
+        self.engine = engine
+        self.queue = queue
+        self.consumer = consumer
+        self.events = events
+        self.public_url = public_url
+
+    async def claim(self, entry: Entry) -> Claimed | Verdict:
+        prediction_id = entry.prediction_id
+        row = await store.claim(self.engine, prediction_id, self.consumer)
+        if row is not None:
+            return Claimed(row)
+        current = await store.get(self.engine, prediction_id)
+        if current is None or Status(current["status"]).is_terminal:
+            await self._ensure_done(current)
+            return Verdict.DROP
+        owner: str | None = current["claim_owner"]
+        if owner is not None and await self.queue.is_alive(owner):
+            log.info(
+                "%s is running on live director %s: dropping duplicate entry %s of %s",
+                prediction_id,
+                owner,
+                entry.id,
+                entry.stream,
+            )
+            return Verdict.DROP
+        takeable = (owner,) if owner is not None else ()
+        row = await store.claim(self.engine, prediction_id, self.consumer, takeable)
+        return Claimed(row) if row is not None else Verdict.LATER
+
+    async def _ensure_done(self, row: RowMapping | None) -> None:
+        """A terminal prediction whose entry is still here: its director died after the commit
+        and before the ack, maybe before publishing ``done``. Publish it, once."""
+        if row is None or not Status(row["status"]).is_terminal:
+            return
+        if await self.events.is_done(row["id"]):
+            return
+        final = orjson.dumps(render_prediction(row, self.public_url)).decode()
+        await self.events.finish(row["id"], row["status"], row["error"], final=final)
+
+    async def rerun(self, row: RowMapping, max_runs: int) -> RowMapping | None:
+        """A run lost with its director starts over if the deployment allows another run;
+        None when it does not (the caller fails it as interrupted)."""
+        if row["runs"] >= max_runs:
+            return None
+        rerun = await store.reset_for_rerun(self.engine, row["id"], row["attempt"])
+        if rerun is not None:
+            log.info("re-running %s (run %d)", row["id"], row["runs"] + 1)
+        return rerun
+
+
+async def attach(
+    runner: RunnerClient,
+    monitor: RunnerMonitor,
+    row: RowMapping,
+    webhook: str,
+    priority: str,
+) -> SnapshotFeed | None:
+    """The run a dead director left behind, when this director's runner is still running it:
+    from now on its snapshots come here, and nothing runs twice. Only a Conduit runner can be
+    asked; a stock Cog server would start a second run."""
+    if monitor.capabilities.kind == STOCK_COG.kind:
+        return None
+    prediction_id = row["id"]
+    try:
+        feed = await runner.attach(
+            prediction_id, row["input"], webhook, tenant=str(row["account_id"]), priority=priority
+        )
+    except RunnerError as error:
+        log.info("could not ask the runner about %s: %r", prediction_id, error)
+        return None
+    if feed is not None:
+        log.info(
+            "%s is still running on the runner: following it (attempt %d)",
+            prediction_id,
+            row["attempt"],
+        )
+    return feed

@@ -1,0 +1,182 @@
+"""What happens to one queue entry once a worker takes it: claim, run, record.
+
+``AttemptHandler.process`` returns whether the entry may be acknowledged: its prediction is
+terminal (written by this attempt, or by another one that fenced this one out), or there was
+nothing to run. Infrastructure errors propagate: the entry stays pending.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from director import metrics
+from director.attempts import Attempt
+from director.backoff import StartBackoff
+from director.claims import Claimed, Claims, Verdict, attach
+from director.deployment import DeploymentInfo
+from director.execution import Execution
+from director.outbound import Outbound
+from director.reclaim import Reclaimer
+from director.runner_client import RunnerClient, SnapshotFeed
+from director.runner_monitor import RunnerMonitor
+from director.settings import DirectorSettings
+from tracker import store
+from tracker.states import Lifecycle, Status
+from tracker.tracker import AttemptTracker, Publishing
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED = (
+    "prediction interrupted: its run was lost before it finished (the director or the runner "
+    "running it stopped); it is safe to retry"
+)
+
+
+class AttemptHandler:
+    def __init__(
+        self,
+        *,
+        settings: DirectorSettings,
+        deployment: DeploymentInfo,
+        engine: AsyncEngine,
+        runner: RunnerClient,
+        monitor: RunnerMonitor,
+        outbound: Outbound,
+        claims: Claims,
+        reclaimer: Reclaimer,
+        webhook_url: Callable[[str, int], str],
+        on_cancel_ignored: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.deployment = deployment
+        self.engine = engine
+        self.runner = runner
+        self.monitor = monitor
+        self.outbound = outbound
+        self.claims = claims
+        self.reclaimer = reclaimer
+        self.webhook_url = webhook_url
+        self.on_cancel_ignored = on_cancel_ignored
+        self.backoff = StartBackoff(
+            initial=settings.start_backoff_initial,
+            max_delay=settings.start_backoff_max,
+            max_retry_after=settings.retry_after_max,
+            jitter=settings.retry_after_jitter,
+        )
+
+    async def process(self, attempt: Attempt) -> bool:
+        entry = attempt.entry
+        claim = await self.claims.claim(entry)
+        if not isinstance(claim, Claimed):
+            return claim is Verdict.DROP
+        row = claim.row
+        attempt.lease.attempt = row["attempt"]
+        if row["attempt"] > 1:
+            log.info(
+                "claimed %s again (attempt %d, entry %s of %s, delivery %d)",
+                entry.prediction_id,
+                row["attempt"],
+                entry.id,
+                entry.stream,
+                entry.deliveries,
+            )
+        publishing = await self.outbound.publishing(row, attempt.lease)
+        if entry.deliveries > self.settings.max_deliveries:
+            return await self._dead_letter(attempt, row, publishing)
+        if row["cancel_requested"] or attempt.cancel.is_set():
+            tracker = self._tracker(row, publishing)
+            return await self._settled(tracker, await tracker.finish(Status.CANCELED))
+        if row["status"] != Status.PROCESSING.value:
+            return await self._execute(attempt, self._tracker(row, publishing), row)
+        # Left running by a dead director: follow it, run it again, or fail it as interrupted.
+        webhook = self.webhook_url(entry.prediction_id, row["attempt"])
+        feed = await attach(self.runner, self.monitor, row, webhook, self._priority(row))
+        if feed is not None:
+            tracker = self._tracker(row, publishing, Lifecycle.resumed())
+            return await self._execute(attempt, tracker, row, feed)
+        rerun = await self.claims.rerun(row, self.deployment.max_attempts)
+        if rerun is None:
+            tracker = self._tracker(row, publishing)
+            failed = await tracker.finish(Status.FAILED, error=INTERRUPTED)
+            return await self._settled(tracker, failed)
+        tracker = self._tracker(rerun, publishing, Lifecycle.rerun())
+        return await self._execute(attempt, tracker, rerun)
+
+    def _tracker(
+        self, row: RowMapping, publishing: Publishing, lifecycle: Lifecycle | None = None
+    ) -> AttemptTracker:
+        return AttemptTracker(
+            self.engine,
+            row,
+            publishing,
+            self.settings.flush_interval,
+            hardware=self.monitor.hardware,
+            lifecycle=lifecycle,
+        )
+
+    def _priority(self, row: RowMapping) -> str:
+        # The request's own X-Priority wins over the deployment's.
+        return str(row["priority"] or self.deployment.priority)
+
+    async def _execute(
+        self,
+        attempt: Attempt,
+        tracker: AttemptTracker,
+        row: RowMapping,
+        feed: SnapshotFeed | None = None,
+    ) -> bool:
+        """Run the prediction, or with ``feed`` follow the run already under way."""
+        deadline = row["deadline"]
+        if feed is None and deadline is not None and deadline <= datetime.now(UTC):
+            return await self._settled(tracker, await tracker.finish(Status.ABORTED))
+        cancel_in = (deadline - datetime.now(UTC)).total_seconds() if deadline else None
+        execution = Execution(
+            runner=self.runner,
+            tracker=tracker,
+            attempt=attempt,
+            webhook=self.webhook_url(attempt.prediction_id, row["attempt"]),
+            timeout=self.deployment.prediction_timeout,
+            cancel_in=cancel_in,
+            cancel_grace=self.settings.cancel_grace,
+            monitor=self.monitor,
+            on_cancel_ignored=self.on_cancel_ignored,
+            priority=self._priority(row),
+            backoff=self.backoff,
+        )
+        if feed is not None:  # a deadline already past cancels it on the runner at once
+            return await self._settled(tracker, await execution.resume(feed))
+        return await self._settled(tracker, await execution.run(row["input"]))
+
+    async def _dead_letter(self, attempt: Attempt, row: RowMapping, publishing: Publishing) -> bool:
+        entry = attempt.entry
+        reason = f"delivered {entry.deliveries} times without finishing"
+        tracker = self._tracker(row, publishing)
+        failed = await tracker.finish(
+            Status.FAILED,
+            error=f"prediction could not be run: {reason} (moved to the dead-letter queue)",
+        )
+        if not await self._settled(tracker, failed):
+            return False  # another attempt owns it now: its entry is not poison for it
+        await self.reclaimer.dead_letter(entry, reason)
+        metrics.DEAD_LETTERED.inc()
+        log.warning("dead-lettered %s from %s: %s", entry.prediction_id, entry.stream, reason)
+        return False  # already removed from the stream
+
+    async def _settled(self, tracker: AttemptTracker, written: RowMapping | None) -> bool:
+        """Whether the entry may be acknowledged: this attempt wrote a terminal state, or it
+        was fenced out and the prediction is terminal anyway."""
+        await tracker.close()
+        if written is not None:
+            return True
+        log.info(
+            "attempt %d of %s no longer owns it: ended without writing a terminal state",
+            tracker.attempt,
+            tracker.prediction_id,
+        )
+        row = await store.get(self.engine, tracker.prediction_id)
+        return row is None or Status(row["status"]).is_terminal

@@ -1,0 +1,128 @@
+"""Where a director's entries come from: new reads, its own failed entries offered again,
+entries taken over from dead directors.
+
+New entries are read from the shards in turn, round robin, in one round trip, then with one
+blocking read of all. An entry that failed here (or waits for a twin running here) goes on the
+retry set and is offered again (counting a delivery) after ``retry_interval``; an entry
+running here is never re-read (a re-read counts a delivery, and a long healthy run would drift
+toward the dead-letter stream). At start and after backend trouble every entry pending for
+this director that it does not hold is offered again (the sweep).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from director.attempts import Attempts
+from director.leases import Heartbeats
+from director.queue import Entry, Queue
+from director.reclaim import Reclaimer, Retries
+
+log = logging.getLogger(__name__)
+
+
+class Intake:
+    def __init__(
+        self,
+        queue: Queue,
+        reclaimer: Reclaimer,
+        attempts: Attempts,
+        heartbeats: Heartbeats,
+        streams: list[str],
+        draining: list[str],
+        *,
+        retry_interval: float,
+        block_ms: int,
+    ) -> None:
+        self.queue = queue
+        self.reclaimer = reclaimer
+        self.consumer = reclaimer.consumer
+        self.attempts = attempts
+        self.heartbeats = heartbeats
+        self.current = streams
+        self.draining = draining
+        self.retry_interval = retry_interval
+        self.block_ms = block_ms
+        self.retries = Retries()
+        #: Offer every entry pending for this consumer again: at start, after backend trouble.
+        self.sweep_due = True
+        self._rotation = 0
+
+    @property
+    def streams(self) -> list[str]:
+        return self.current + self.draining
+
+    def is_draining(self, stream: str) -> bool:
+        return stream in self.draining
+
+    def retire(self, stream: str) -> None:
+        self.draining.remove(stream)
+        log.info("stream %s drained; no longer read", stream)
+
+    def offer(self, entries: Sequence[Entry]) -> None:
+        """Take entries in; one for a prediction handled here waits until that run is over."""
+        for entry in entries:
+            if self.attempts.holds(entry):
+                self.retry_later(entry)
+            else:
+                self.attempts.add(entry, self.heartbeats.lease(entry.prediction_id))
+
+    def retry_later(self, entry: Entry) -> None:
+        if self.attempts.get(entry.key) is None:
+            later = asyncio.get_running_loop().time() + self.retry_interval
+            self.retries.add(entry.stream, entry.id, later, entry.prediction_id)
+
+    async def fill(self, free: int, *, offer_own: bool) -> None:
+        """Bring in up to ``free`` entries: this director's own due retries first (unless
+        ``offer_own`` is False: a runner that is away leaves them to others), then new ones."""
+        if offer_own:
+            if self.sweep_due:
+                await self._sweep()
+                self.sweep_due = False
+            await self._offer_retries(free - self.attempts.waiting)
+        if not self.attempts.waiting:
+            await self._read_new(free)
+
+    async def _sweep(self) -> None:
+        """Put every entry pending for this consumer that is not held here on the retry set,
+        due now: at start nothing runs, after an outage some may."""
+        for stream in self.streams:
+            for entry_id in await self.queue.delivery_counts(stream, self.consumer):
+                key = (stream, entry_id)
+                if key not in self.retries and self.attempts.get(key) is None:
+                    self.retries.add(stream, entry_id, 0.0)
+
+    async def _offer_retries(self, room: int) -> None:
+        """Re-deliver (counting a delivery) due entries of the retry set, up to ``room``."""
+        if room <= 0 or not self.retries:
+            return
+        now = asyncio.get_running_loop().time()
+        by_stream: dict[str, list[str]] = {}
+        for stream, entry_id, prediction_id in self.retries.due(now):
+            if self.attempts.get((stream, entry_id)) is not None:
+                self.retries.discard(stream, entry_id)  # running or about to: never re-deliver
+            elif prediction_id is not None and self.attempts.for_prediction(prediction_id):
+                self.retries.add(stream, entry_id, now + self.retry_interval, prediction_id)
+            elif room > 0:
+                by_stream.setdefault(stream, []).append(entry_id)
+                room -= 1
+        for stream, ids in by_stream.items():
+            entries = await self.reclaimer.reoffer(stream, ids)
+            for entry_id in ids:
+                self.retries.discard(stream, entry_id)
+            self.offer(entries)
+
+    async def _read_new(self, free: int) -> None:
+        streams = self.streams
+        start = self._rotation % len(streams)
+        ordered = streams[start:] + streams[:start]
+        got, passed = await self.queue.read_in_turn(ordered, self.consumer, free)
+        if got:
+            # Round robin over the shards that have work: the next read starts after the last
+            # one that gave some, so a flooded shard is served once per turn.
+            self._rotation = start + passed
+        else:
+            got = await self.queue.read(ordered, self.consumer, count=1, block_ms=self.block_ms)
+        self.offer(got)
