@@ -6,7 +6,8 @@ round trip per start and per end. Here concurrent calls share a statement throug
 :class:`tracker.group_commit.Batcher`; the rows travel as one JSON parameter
 (``jsonb_to_recordset``), and every row keeps its own fence: a row is written only if it still
 has the attempt and a status its write may leave. Callers see exactly what the one-row
-statements gave them: their row, or None when they were fenced out.
+statements gave them: their row, or None when they were fenced out. Only calls through one
+:class:`StateWrites` are grouped: a process builds one at start and passes it down.
 
 A terminal write also inserts the usage record (same statement) and, for predictions that want
 it, the ``completed`` webhook (same transaction).
@@ -25,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
-from tracker.group_commit import Batcher, shared
+from tracker.group_commit import Batcher
 from tracker.states import Status, sources_of
 from tracker.tables import Prediction
 from tracker.usage import CPU, RunnerTimes
@@ -193,7 +194,8 @@ async def _run_rounds(
 
 
 class StateWrites:
-    """Grouped ``claim``, ``mark_processing`` and ``finish`` for one engine."""
+    """Grouped ``claim``, ``mark_processing`` and ``finish`` for one engine: one per process,
+    built where the engine is, handed to ``tracker.store``'s writes in place of the engine."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -225,8 +227,3 @@ class StateWrites:
                 if row is not None and item.webhook_base_url:
                     await enqueue_completed(conn, row, item.webhook_base_url)
         return rows
-
-
-def state_writes(engine: AsyncEngine) -> StateWrites:
-    """The grouped writers of ``engine`` in the running event loop."""
-    return shared(engine, "state writes", lambda: StateWrites(engine))

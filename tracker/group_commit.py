@@ -9,6 +9,9 @@ batch is atomic (autocommit): either every row of it is written or none is; when
 its items are written again one by one, so a bad row fails only its own caller. Each caller
 gets its own result back, or its own exception, and only then goes on: a caller that
 acknowledges or answers after ``await`` still does so after the commit.
+
+Batchers group only the calls that reach the same instance: build them (or what holds them)
+once per process, in its composition root, and pass them to every caller.
 """
 
 from __future__ import annotations
@@ -20,19 +23,6 @@ from typing import Generic, TypeVar, cast
 
 Item = TypeVar("Item")
 Result = TypeVar("Result")
-Shared = TypeVar("Shared")
-
-_SHARED: dict[tuple[int, str, int], tuple[object, object]] = {}
-
-
-def shared(owner: object, name: str, make: Callable[[], Shared]) -> Shared:
-    """One ``make()`` per ``owner`` (an engine, a Redis client), ``name`` and event loop: every
-    caller in a process must share it, or nothing is grouped."""
-    key = (id(owner), name, id(asyncio.get_running_loop()))
-    found = _SHARED.get(key)
-    if found is None or found[0] is not owner:
-        found = _SHARED[key] = (owner, make())
-    return cast(Shared, found[1])
 
 
 class Batcher(Generic[Item, Result]):

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Errors of an unreachable or restarting Postgres or Redis: worth retrying, never data errors.
-TRANSIENT: tuple[type[Exception], ...] = (DBAPIError, RedisError, OSError)
+TRANSIENT = (DBAPIError, RedisError, OSError)
 
 #: ``persistently``: 0.1 s doubling to 5 s, each wait within ±20 %.
 PERSISTENT_INITIAL = 0.1

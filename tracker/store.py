@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tracker.batch_writes import Claim, Finish, Start, state_writes
+from tracker.batch_writes import Claim, Finish, Start, StateWrites
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
 from tracker.states import Status
@@ -251,8 +251,13 @@ def _metrics_sql(times: RunnerTimes | None) -> Any:
     return func.jsonb_build_object(*pairs, "total_time", total)
 
 
+def _grouped(db: AsyncEngine | StateWrites) -> StateWrites:
+    """The process's grouped writers; a bare engine writes its one row alone."""
+    return db if isinstance(db, StateWrites) else StateWrites(db)
+
+
 async def claim(
-    engine: AsyncEngine, id: str, owner: str, takeable: tuple[str, ...] = ()
+    db: AsyncEngine | StateWrites, id: str, owner: str, takeable: tuple[str, ...] = ()
 ) -> RowMapping | None:
     """Take ownership of an unfinished prediction for a new attempt.
 
@@ -260,15 +265,19 @@ async def claim(
     keeps its name), or one whose owner is in ``takeable`` (the caller found that director
     dead) is taken: a duplicate delivery must not fence out a live director's run. Returns the
     row after the claim (with the new attempt number), or None when the prediction is unknown,
-    already terminal, or held by another owner.
+    already terminal, or held by another owner. Grouped with concurrent claims through ``db``
+    when it is the process's :class:`StateWrites`, as are starts and ends below.
     """
-    return await state_writes(engine).claims.submit(Claim(id, owner, takeable))
+    return await _grouped(db).claims.submit(Claim(id, owner, takeable))
 
 
-async def mark_processing(engine: AsyncEngine, id: str, attempt: int) -> RowMapping | None:
+async def mark_processing(
+    db: AsyncEngine | StateWrites, id: str, attempt: int
+) -> RowMapping | None:
     """``starting`` → ``processing`` for this attempt; the row's ``started_at`` and
-    ``cancel_requested``, or None when fenced out. Grouped with concurrent starts."""
-    return await state_writes(engine).starts.submit(Start(id, attempt))
+    ``cancel_requested``, or None when fenced out. Grouped with concurrent starts through
+    ``db`` when it is the process's :class:`StateWrites`."""
+    return await _grouped(db).starts.submit(Start(id, attempt))
 
 
 async def save_progress(engine: AsyncEngine, id: str, attempt: int, output: Any, logs: str) -> bool:
@@ -283,7 +292,7 @@ async def save_progress(engine: AsyncEngine, id: str, attempt: int, output: Any,
 
 
 async def finish(
-    engine: AsyncEngine,
+    db: AsyncEngine | StateWrites,
     id: str,
     attempt: int,
     status: Status,
@@ -312,7 +321,7 @@ async def finish(
         hardware,
         webhook_base_url,
     )
-    return await state_writes(engine).finishes.submit(write)
+    return await _grouped(db).finishes.submit(write)
 
 
 async def cancel_requested(engine: AsyncEngine, id: str) -> bool:

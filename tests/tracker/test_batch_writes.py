@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.fixtures.predictions import new_predictions
 from tracker import store
-from tracker.batch_writes import _unique_rounds
+from tracker.batch_writes import StateWrites, _unique_rounds
 from tracker.group_commit import Batcher
 from tracker.states import Status
 from tracker.usage import CPU, RunnerTimes
@@ -29,13 +30,14 @@ async def _claimed(engine: AsyncEngine, count: int) -> list[str]:
 
 async def test_concurrent_ends_each_get_their_own_row(engine: AsyncEngine) -> None:
     ids = await _claimed(engine, 40)
-    started = await asyncio.gather(*(store.mark_processing(engine, pid, 1) for pid in ids))
+    writes = StateWrites(engine)  # one per process: concurrent calls share its statements
+    started = await asyncio.gather(*(store.mark_processing(writes, pid, 1) for pid in ids))
     assert all(row is not None and row["started_at"] is not None for row in started)
     # Half of them are written by a stale attempt: those must all lose, the rest all win.
     finished = await asyncio.gather(
         *(
             store.finish(
-                engine,
+                writes,
                 pid,
                 1 if i % 2 == 0 else 7,
                 Status.SUCCEEDED,
@@ -70,11 +72,34 @@ async def test_concurrent_ends_each_get_their_own_row(engine: AsyncEngine) -> No
     assert usage == {pid: 0.25 for i, pid in enumerate(ids) if i % 2 == 0}
 
 
+async def test_concurrent_starts_through_one_state_writes_share_statements(
+    engine: AsyncEngine,
+) -> None:
+    """Grouping lives in the ``StateWrites`` a process builds once and passes down: starts
+    that arrive together through it are written by far fewer statements than starts."""
+    ids = await _claimed(engine, 30)
+    statements: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "jsonb_to_recordset" in statement and "processing" in statement:
+            statements.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        writes = StateWrites(engine)
+        started = await asyncio.gather(*(store.mark_processing(writes, pid, 1) for pid in ids))
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert all(row is not None for row in started)
+    assert 1 <= len(statements) < len(ids) / 2
+
+
 async def test_a_second_end_for_the_same_prediction_is_fenced(engine: AsyncEngine) -> None:
     (pid,) = await _claimed(engine, 1)
+    writes = StateWrites(engine)
     first, second = await asyncio.gather(
-        store.finish(engine, pid, 1, Status.FAILED, error="first"),
-        store.finish(engine, pid, 1, Status.CANCELED),
+        store.finish(writes, pid, 1, Status.FAILED, error="first"),
+        store.finish(writes, pid, 1, Status.CANCELED),
     )
     assert (first is None) != (second is None)  # exactly one terminal state
     row = await store.get(engine, pid)
@@ -100,10 +125,11 @@ async def test_an_end_written_without_its_start_records_the_run(engine: AsyncEng
             text("UPDATE predictions SET created_at = now() - interval '5 s' WHERE id = ANY(:ids)"),
             {"ids": [ran, failed_running, never_ran]},
         )
+    writes = StateWrites(engine)
     ends = await asyncio.gather(
-        store.finish(engine, ran, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=0.2)),
-        store.finish(engine, failed_running, 1, Status.FAILED, times=RunnerTimes(predict_time=0.1)),
-        store.finish(engine, never_ran, 1, Status.CANCELED, times=RunnerTimes(predict_time=0.0)),
+        store.finish(writes, ran, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=0.2)),
+        store.finish(writes, failed_running, 1, Status.FAILED, times=RunnerTimes(predict_time=0.1)),
+        store.finish(writes, never_ran, 1, Status.CANCELED, times=RunnerTimes(predict_time=0.0)),
     )
     for row, predict_time in zip(ends[:2], (0.2, 0.1), strict=True):
         assert row is not None and row["runs"] == 1
