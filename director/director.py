@@ -41,7 +41,7 @@ from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
 from runners.protocol import HealthStatus
 from tracker import keys
-from tracker.retry import TRANSIENT
+from tracker.retry import TRANSIENT, backoff_delay
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class Director:
         # Logged on the first failure and then rarely: no error storm.
         if failures == 1 or failures % 20 == 0:
             log.warning("queue unreachable (%d failures so far): %r", failures, error)
-        await self._pause(min(0.25 * 2 ** min(failures, 5), 5.0))
+        await self._pause(backoff_delay(failures, initial=0.25, cap=5.0))
 
     async def _wait_for_slot(self) -> None:
         self._slot_freed.clear()
