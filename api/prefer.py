@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+from dataclasses import dataclass
 
 from starlette.requests import Request
 
@@ -37,15 +39,22 @@ def parse_wait(header: str | None) -> tuple[int, str] | None:
     return None
 
 
-class Done:
-    """The wait ended with the prediction finished; ``prediction`` is its final JSON when the
-    ``done`` event carried it."""
-
-    def __init__(self, prediction: str | None) -> None:
-        self.prediction = prediction
+class WaitEnd(enum.Enum):
+    DONE = "done"  # the prediction finished
+    TIMED_OUT = "timed out"  # the wait ran out first
+    CLIENT_LEFT = "client left"  # the client disconnected first
 
 
-async def wait_for_done(events: EventLog, prediction_id: str, seconds: float) -> Done | None:
+@dataclass(frozen=True, slots=True)
+class Waited:
+    """How a ``Prefer: wait`` ended; ``prediction`` is the final JSON when the ``done`` event
+    carried it."""
+
+    end: WaitEnd
+    prediction: str | None = None
+
+
+async def wait_for_done(events: EventLog, prediction_id: str, seconds: float) -> Waited | None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     after = "0"
@@ -56,7 +65,7 @@ async def wait_for_done(events: EventLog, prediction_id: str, seconds: float) ->
         for event in await events.read(prediction_id, after, block_ms=remaining_ms):
             after = event.id
             if event.type is EventType.DONE:
-                return Done(event.prediction)
+                return Waited(WaitEnd.DONE, event.prediction)
 
 
 async def _disconnected(request: Request) -> None:
@@ -66,8 +75,7 @@ async def _disconnected(request: Request) -> None:
 
 async def wait_or_disconnect(
     request: Request, events: EventLog, prediction_id: str, seconds: float
-) -> Done | bool:
-    """``Done`` when done, False when the wait ran out, True when the client went away."""
+) -> Waited:
     waiter = asyncio.ensure_future(wait_for_done(events, prediction_id, seconds))
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
@@ -79,5 +87,5 @@ async def wait_or_disconnect(
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     if waiter.done() and not waiter.cancelled():
-        return waiter.result() or False
-    return True
+        return waiter.result() or Waited(WaitEnd.TIMED_OUT)
+    return Waited(WaitEnd.CLIENT_LEFT)

@@ -14,7 +14,7 @@ from api.deadlines import parse_cancel_after
 from api.deps import AccountDep, Resources, ResourcesDep
 from api.idempotency import from_request
 from api.openapi import CREATE_HEADERS, CREATED_HEADERS, operation, problems
-from api.prefer import Done, parse_wait, wait_or_disconnect
+from api.prefer import WaitEnd, parse_wait, wait_or_disconnect
 from api.priority import parse_priority_header
 from api.protocol import PredictionCreate
 from api.responses import FastJSONResponse
@@ -82,19 +82,20 @@ async def _waited(
 ) -> dict[str, Any]:
     """The prediction as a ``Prefer: wait`` create answers it, after waiting up to ``seconds``."""
     # A replay waits like the first request did, unless its prediction already finished.
-    waited = Status(row["status"]).is_terminal or await wait_or_disconnect(
-        request, resources.events, row["id"], seconds
-    )
-    if isinstance(waited, Done) and waited.prediction is not None:
+    if Status(row["status"]).is_terminal:
+        return render_prediction(row, base)
+    waited = await wait_or_disconnect(request, resources.events, row["id"], seconds)
+    if waited.prediction is not None:
         finished: dict[str, Any] = orjson.loads(waited.prediction)  # as written: no re-read
         finished["urls"] = prediction_urls(base, finished["id"])
         return finished
-    if waited is False:
+    if waited.end is WaitEnd.CLIENT_LEFT:
+        return render_prediction(row, base)  # nobody reads it
+    row = await serving.get(resources, account, row["id"])
+    if waited.end is WaitEnd.TIMED_OUT:
         # Replicate's rule, which the official clients rely on: a wait that ends before
         # the prediction does answers "starting"; anything else reads as final.
-        row = {**(await serving.get(resources, account, row["id"])), "status": "starting"}
-    elif waited is not True:
-        row = await serving.get(resources, account, row["id"])
+        row = {**row, "status": Status.STARTING.value}
     return render_prediction(row, base)
 
 
