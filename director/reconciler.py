@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 _CANDIDATES = text(
     f"""
     SELECT id, account_id, status, claim_owner FROM predictions
-    WHERE stream = :target AND status IN {sql_list(UNFINISHED)}
+    WHERE target = :target AND status IN {sql_list(UNFINISHED)}
       AND created_at < now() - make_interval(secs => :age)
     ORDER BY created_at
     LIMIT 10000

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
 from tracker.group_commit import Batcher
-from tracker.states import Status, sources_of
+from tracker.states import UNFINISHED, Status, sources_of, sql_list
 from tracker.tables import Prediction
 from tracker.usage import CPU, RunnerTimes
 
@@ -97,29 +97,31 @@ def ran(status: Status, times: RunnerTimes) -> bool:
     return status is Status.SUCCEEDED or bool(times.predict_time)
 
 
+# Status lists in these statements come from the transition table (``tracker.states``).
 _CLAIM = text(
-    """
+    f"""
     UPDATE predictions AS p
     SET attempt = p.attempt + 1, claim_owner = v.owner
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, owner text, owners text[])
-    WHERE p.id = v.id AND p.status IN ('starting', 'processing')
+    WHERE p.id = v.id AND p.status IN {sql_list(UNFINISHED)}
       AND (p.claim_owner IS NULL OR p.claim_owner = ANY(v.owners))
     RETURNING p.*
     """
 ).columns(*predictions.c)
 
 _START = text(
-    """
+    f"""
     UPDATE predictions AS p
-    SET status = 'processing', started_at = now(), runs = p.runs + 1
+    SET status = '{Status.PROCESSING.value}', started_at = now(), runs = p.runs + 1
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, attempt int)
-    WHERE p.id = v.id AND p.attempt = v.attempt AND p.status = 'starting'
+    WHERE p.id = v.id AND p.attempt = v.attempt
+      AND p.status IN {sql_list(sources_of(Status.PROCESSING))}
     RETURNING p.id, p.started_at, p.cancel_requested
     """
 ).columns(predictions.c.id, predictions.c.started_at, predictions.c.cancel_requested)
 
 _FINISH = text(
-    """
+    f"""
     WITH v AS (
       SELECT * FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(
         id text, attempt int, status text, sources text[], set_output boolean, output jsonb,
@@ -137,7 +139,8 @@ _FINISH = text(
         started_at = CASE WHEN v.ran THEN coalesce(p.started_at, greatest(p.created_at,
                             now() - make_interval(secs => coalesce(v.predict_time, 0.0))))
                           ELSE p.started_at END,
-        runs = p.runs + CASE WHEN v.ran AND p.status = 'starting' THEN 1 ELSE 0 END,
+        runs = p.runs
+          + CASE WHEN v.ran AND p.status = '{Status.STARTING.value}' THEN 1 ELSE 0 END,
         output = CASE WHEN v.set_output THEN v.output ELSE p.output END,
         logs = coalesce(v.logs, p.logs)
       FROM v

@@ -19,7 +19,7 @@ prediction's own tag and are written one slot at a time.
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
-``predictions.stream``.
+``predictions.target``.
 """
 
 from __future__ import annotations

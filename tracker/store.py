@@ -53,7 +53,7 @@ class NewPrediction:
     input: dict[str, Any]
     webhook: str | None
     webhook_events_filter: list[str] | None
-    stream: str
+    target: str
     deadline: datetime | None = None
     source: str = "api"
     priority: str | None = None
@@ -68,12 +68,12 @@ async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMap
 _INSERT_MANY = text(
     """
     INSERT INTO predictions (id, account_id, model, version_id, deployment_id, deployment,
-      input, webhook, webhook_events_filter, stream, deadline, source, priority)
+      input, webhook, webhook_events_filter, target, deadline, source, priority)
     SELECT v.id, v.account_id, v.model, v.version_id, v.deployment_id, v.deployment, v.input,
-      v.webhook, v.webhook_events_filter, v.stream, v.deadline, v.source, v.priority
+      v.webhook, v.webhook_events_filter, v.target, v.deadline, v.source, v.priority
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, account_id bigint,
       model text, version_id text, deployment_id bigint, deployment text, input jsonb,
-      webhook text, webhook_events_filter text[], stream text, deadline timestamptz,
+      webhook text, webhook_events_filter text[], target text, deadline timestamptz,
       source text, priority text)
     RETURNING *
     """
@@ -110,7 +110,7 @@ def _values(new: NewPrediction) -> dict[str, Any]:
         "input": new.input,
         "webhook": new.webhook,
         "webhook_events_filter": new.webhook_events_filter,
-        "stream": new.stream,
+        "target": new.target,
         "deadline": new.deadline,
         "source": new.source,
         "priority": new.priority,

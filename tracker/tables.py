@@ -22,6 +22,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tracker.states import UNFINISHED, Status, sql_list
+
 NAMING = {
     "ix": "ix_%(column_0_label)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -107,7 +109,7 @@ class Prediction(Base):
         Index(
             "ix_predictions_unfinished",
             "status",
-            postgresql_where="status IN ('starting', 'processing')",
+            postgresql_where=f"status IN {sql_list(UNFINISHED)}",
         ),
     )
 
@@ -121,7 +123,7 @@ class Prediction(Base):
     output: Mapped[Any] = mapped_column(JSONB, nullable=True)
     logs: Mapped[str] = mapped_column(Text, server_default="")
     error: Mapped[str | None] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16), server_default="starting")
+    status: Mapped[str] = mapped_column(String(16), server_default=Status.STARTING.value)
     created_at: Mapped[datetime] = _now()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -134,7 +136,9 @@ class Prediction(Base):
     #: How many attempts reached the runner (``processing``); bounded by max_attempts.
     runs: Mapped[int] = mapped_column(Integer, server_default="0")
     claim_owner: Mapped[str | None] = mapped_column(String(200))
-    stream: Mapped[str | None] = mapped_column(String(300))
+    #: The deployable it was queued for (``dp-owner/name`` or ``vp-<version id>``, see
+    #: ``tracker.keys``): its input streams are that deployable's shards.
+    target: Mapped[str | None] = mapped_column(String(300))
     source: Mapped[str] = mapped_column(String(16), server_default="api")
     data_removed: Mapped[bool] = mapped_column(Boolean, server_default="false")
     #: The request's ``X-Priority``; NULL when it sent none (the deployment's applies).

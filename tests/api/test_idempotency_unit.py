@@ -82,7 +82,7 @@ async def test_claim_replays_refuses_and_releases(engine: AsyncEngine) -> None:
             input={},
             webhook=None,
             webhook_events_filter=None,
-            stream="vp-" + version,
+            target="vp-" + version,
         )
 
     key = Idempotency(account.id, "k", "sha-a")

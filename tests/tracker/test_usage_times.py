@@ -28,7 +28,7 @@ async def _claimed(engine: AsyncEngine, account_id: int) -> str:
         input={},
         webhook=None,
         webhook_events_filter=None,
-        stream="vp-" + version,
+        target="vp-" + version,
     )
     async with engine.begin() as conn:
         await store.insert_prediction(conn, prediction)
