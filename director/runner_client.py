@@ -9,7 +9,7 @@ Exception tree::
     RunnerError             the runner is unreachable or broke the protocol (infrastructure)
     └── RunnerRefused       it answered but will not take the prediction now; retry later
         ├── RunnerBusy          409: every slot in use, and no queue (stock Cog)
-        ├── RunnerSaturated     503 + problem+json: a Conduit runner's queue is full
+        ├── RunnerSaturated     503 + the spec's queue_full error: the runner's queue is full
         ├── RunnerNotReady      503 + Cog body: setup running or failed, model not loaded
         └── RateLimited         429: the tenant's rate limit on this runner
     InputRejected           400/422: the runner refused the input (a prediction failure)
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -26,10 +27,17 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import aiohttp
+import pydantic
 from multidict import CIMultiDictProxy
 
 from runners import protocol as wire
-from runners.protocol import ALL_WEBHOOK_EVENTS, HealthCheck, PredictionResponse, Priority
+from runners.protocol import (
+    ALL_WEBHOOK_EVENTS,
+    CapabilitiesDocument,
+    HealthCheck,
+    PredictionResponse,
+    Priority,
+)
 from tracker.usage import UNKNOWN_HARDWARE
 
 log = logging.getLogger(__name__)
@@ -70,7 +78,8 @@ class RunnerBusy(RunnerRefused):
 
 
 class RunnerSaturated(RunnerRefused):
-    """503 with a problem+json body: the runner's queue is full."""
+    """503 with the spec's ``queue_full`` error (problem+json from a Conduit runner): the
+    runner's queue is full."""
 
     reason = "saturated"
     state = "saturated (503 queue full)"
@@ -104,8 +113,9 @@ class InputRejected(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a runner says about itself (``GET /v1/capabilities``); a stock Cog server says
-    nothing, and is ``kind="cog"`` on unknown hardware."""
+    """What a runner says about itself (``GET /v1/capabilities``, read through
+    :class:`runners.protocol.CapabilitiesDocument`); a stock Cog server says nothing, and is
+    ``kind="cog"`` on unknown hardware."""
 
     kind: str = "cog"
     id: str | None = None
@@ -113,16 +123,22 @@ class Capabilities:
 
     @classmethod
     def from_json(cls, body: Any) -> Capabilities:
-        if not isinstance(body, dict):
+        """A document that does not parse says nothing: a stock Cog server's."""
+        try:
+            document = CapabilitiesDocument.model_validate(body)
+        except pydantic.ValidationError:
             return cls()
-        runner = body.get("runner")
-        runner = runner if isinstance(runner, dict) else {}
-        kind, id, hardware = runner.get("type"), runner.get("id"), body.get("hardware")
-        return cls(
-            kind if isinstance(kind, str) and kind else "conduit",
-            str(id) if id is not None else None,
-            hardware if isinstance(hardware, str) and hardware else UNKNOWN_HARDWARE,
-        )
+        return cls(document.runner_type or "conduit", document.runner_id, _hardware(document))
+
+
+def _hardware(document: CapabilitiesDocument) -> str:
+    """Conduit's ``hardware``, else what the spec's ``resources.gpuIds`` imply when the runner
+    reported its resources at all."""
+    if document.hardware:
+        return document.hardware
+    if "resources" not in document.model_fields_set:
+        return UNKNOWN_HARDWARE
+    return "gpu" if document.resources.gpu_ids else "cpu"
 
 
 STOCK_COG = Capabilities()
@@ -156,11 +172,21 @@ def _refusal(status: int, headers: CIMultiDictProxy[str], text: str) -> RunnerRe
     if status == 429:
         return RateLimited(text, retry_after)
     if status == 503:
-        # A full queue answers problem+json; Cog's "not ready" answers {"error", "status"}.
-        if headers.get("Content-Type", "").startswith(wire.PROBLEM_JSON):
+        # A full queue answers the spec's error (a Conduit runner's is problem+json too);
+        # Cog's "not ready" answers {"error": <message>, "status": "failed"}.
+        if headers.get("Content-Type", "").startswith(wire.PROBLEM_JSON) or _queue_full(text):
             return RunnerSaturated(text, retry_after)
         return RunnerNotReady(text, retry_after)
     return None
+
+
+def _queue_full(text: str) -> bool:
+    """Whether a body is the runner API spec's ``{"error": {"code": "queue_full", ...}}``."""
+    try:
+        error = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("code") == wire.ErrorCode.QUEUE_FULL
 
 
 class SnapshotFeed:

@@ -132,6 +132,8 @@ class ModelLifecycle:
         self.state = ModelState.UNLOADED
         self.setup_result: dict[str, str] = {"status": "starting", "logs": ""}
         self.last_load_time: float | None = None
+        #: When the model last finished loading (epoch seconds); None while not loaded.
+        self.loaded_at: float | None = None
         self.tasks: dict[str, LoadTask] = {}
         self.current: LoadTask | None = None
         self._lock = asyncio.Lock()
@@ -233,6 +235,7 @@ class ModelLifecycle:
         task.status = TaskStatus.COMPLETED
         self.last_load_time = task.load_time
         self.state = ModelState.LOADED
+        self.loaded_at = time.time()
         if setup:
             self.setup_result["status"] = "succeeded"
         log.info("model %s is ready (loaded in %.3fs)", self.model_id, task.load_time)
@@ -252,4 +255,5 @@ class ModelLifecycle:
         await self.model.unload()
         rss = RssChange(rss_before, _settled_rss())
         self.state = ModelState.UNLOADED
+        self.loaded_at = None
         return Unloaded(max(0, held - self.model.memory_bytes()), rss)

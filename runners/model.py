@@ -91,6 +91,11 @@ class Model:
     #: Where predictions run: "cpu", or a CUDA device such as "cuda:0". Time on a "cuda"
     #: device is reported as GPU time (``X-GPU-Time-Ms``, ``metrics.gpu_time``).
     device: str = "cpu"
+    #: Weight quantization as the runner API spec names it (awq-4bit, fp16, ...); None if the
+    #: model does not say.
+    quantization: str | None = None
+    #: Whether repeated prompt prefixes are served from a cache of the model's own.
+    prefix_caching: ClassVar[bool] = False
 
     def openapi_schema(self) -> dict[str, Any]:
         return build_openapi_schema(self.inputs, self.output)
@@ -120,6 +125,15 @@ class Model:
         None for a model without caches of its own. Raises
         :class:`runners.errors.CacheBusyError` when the caches cannot be dropped now."""
         return None
+
+    def context_length(self) -> int | None:
+        """Longest sequence the loaded model takes, in tokens; None where that means nothing."""
+        return None
+
+    def kv_cache(self) -> tuple[int | None, float | None]:
+        """(bytes, utilisation 0-1) of the loaded model's KV cache; (0, 0.0) for a model
+        without one, None for a figure it cannot measure."""
+        return 0, 0.0
 
     def extra_capabilities(self) -> dict[str, Any]:
         """Model-specific figures for ``GET /v1/capabilities`` (e.g. KV-cache usage)."""

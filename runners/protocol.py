@@ -26,6 +26,7 @@ import enum
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 # media types
 JSON: Final = "application/json"
@@ -172,3 +173,88 @@ class HealthCheck(BaseModel):
 
     status: HealthStatus
     setup: SetupResult | None = None
+
+
+# The control API's documents, with the runner API spec's field names (camelCase; sizes in MB,
+# times in ms, instants in epoch seconds). Every field has a default so a director can read a
+# runner that reports less; fields beyond the spec's are Conduit's and are welcome on the wire.
+
+
+class _Document(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+
+    def wire(self) -> dict[str, Any]:
+        """The JSON body, by the spec's names."""
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class LoadedModel(_Document):
+    id: str
+    quantization: str | None = None
+    context_length: int | None = None
+    loaded_at: int | None = None
+    """Epoch seconds."""
+    gpu_memory_mb: int = Field(0, alias="gpuMemoryMB")
+    """0 for a model on the CPU."""
+
+
+class LoadingModel(_Document):
+    id: str
+    progress: float = 0.0
+    eta: int | None = None
+    """Seconds left, from the last load's duration; None before any load finished."""
+
+
+class ModelInventory(_Document):
+    loaded: list[LoadedModel] = Field(default_factory=list)
+    loading: list[LoadingModel] = Field(default_factory=list)
+    available: list[str] = Field(default_factory=list)
+
+
+class Resources(_Document):
+    """GPU figures (0 and empty on a host without a GPU; None where a driver does not say)."""
+
+    gpu_ids: list[int] = Field(default_factory=list)
+    gpu_memory_total_mb: int | None = Field(0, alias="gpuMemoryTotalMB")
+    gpu_memory_used_mb: int | None = Field(0, alias="gpuMemoryUsedMB")
+    gpu_memory_free_mb: int | None = Field(0, alias="gpuMemoryFreeMB")
+    gpu_utilization: float | None = 0.0
+    kv_cache_size_mb: int | None = Field(0, alias="kvCacheSizeMB")
+    kv_cache_utilization: float | None = 0.0
+
+
+class QueueState(_Document):
+    depth: int = 0
+    max_depth: int = 0
+    avg_wait_ms: int = 0
+    p95_wait_ms: int = 0
+
+
+class Features(_Document):
+    streaming: bool = False
+    prefix_caching: bool = False
+    multi_tenant: bool = False
+    vision_input: bool = False
+    audio_input: bool = False
+    function_calling: bool = False
+
+
+class RunnerHealth(enum.StrEnum):
+    """``health`` of the capabilities document and ``status`` of ``GET /health``."""
+
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+
+
+class CapabilitiesDocument(_Document):
+    """``GET /v1/capabilities``: what the runner is and holds now."""
+
+    runner_type: str | None = None
+    runner_id: str | None = None
+    models: ModelInventory = Field(default_factory=ModelInventory)
+    resources: Resources = Field(default_factory=Resources)
+    queue: QueueState = Field(default_factory=QueueState)
+    capabilities: Features = Field(default_factory=Features)
+    health: RunnerHealth = RunnerHealth.HEALTHY
+    hardware: str | None = None
+    """Conduit's: "cpu" or "gpu", where the model runs (what usage is billed as)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+MIB = 1024 * 1024
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -60,14 +61,20 @@ class Device:
     utilization: float | None
     """Fraction 0-1 of the device busy since the last reading (or as the driver reports it)."""
 
+    @property
+    def index(self) -> int | None:
+        """The CUDA index of a GPU (``cuda:1`` -> 1); None for the CPU."""
+        prefix, _, number = self.id.partition(":")
+        return int(number) if prefix == "cuda" and number.isdigit() else None
+
     def as_json(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "kind": self.kind,
             "name": self.name,
-            "memory_total_bytes": self.memory_total,
-            "memory_used_bytes": self.memory_used,
-            "memory_free_bytes": self.memory_free,
+            "memoryTotalBytes": self.memory_total,
+            "memoryUsedBytes": self.memory_used,
+            "memoryFreeBytes": self.memory_free,
             "utilization": self.utilization,
         }
 
@@ -143,7 +150,7 @@ def parse_nvidia_smi(out: str) -> list[Device]:
     """Devices from ``nvidia-smi --query-gpu=<_NVIDIA_SMI_QUERY> --format=csv,noheader,nounits``
     output: memory in MiB, utilisation in percent; ``[N/A]`` and the like become ``None``."""
     devices = []
-    mib = 1024 * 1024
+    mib = MIB
     for line in out.strip().splitlines():
         parts = [part.strip() for part in line.split(",")]
         if len(parts) != 6:
@@ -183,29 +190,42 @@ def _torch_devices() -> list[Device]:
     return devices
 
 
-def snapshot(cpu: CpuMeter, gpu_devices: list[Device]) -> dict[str, Any]:
-    """The ``resources`` section of the capabilities document."""
-    total, available = system_memory()
-    rss = process_rss()
-    devices = [
-        Device(
-            "cpu",
-            "cpu",
-            f"{os.cpu_count() or 0} cores",
-            total,
-            None if total is None or available is None else total - available,
-            available,
-            cpu.read(),
-        )
-    ]
-    devices += gpu_devices
+def _mb(figures: list[int | None]) -> int | None:
+    """The sum in MiB (the spec's MB), or None if any figure is unknown."""
+    if any(figure is None for figure in figures):
+        return None
+    return sum(figure or 0 for figure in figures) // MIB
+
+
+def gpu_resources(gpu_devices: list[Device]) -> dict[str, Any]:
+    """The GPU half of the spec's ``resources``: summed over the visible GPUs; on a host
+    without one, no ids, 0 MB and 0.0 utilisation (measured: there is none)."""
+    utilizations = [device.utilization for device in gpu_devices]
+    utilization: float | None = 0.0
+    if gpu_devices:
+        known = [u for u in utilizations if u is not None]
+        utilization = round(sum(known) / len(known), 4) if len(known) == len(utilizations) else None
     return {
-        "device_ids": [device.id for device in devices],
+        "gpu_ids": [device.index for device in gpu_devices if device.index is not None],
+        "gpu_memory_total_mb": _mb([device.memory_total for device in gpu_devices]),
+        "gpu_memory_used_mb": _mb([device.memory_used for device in gpu_devices]),
+        "gpu_memory_free_mb": _mb([device.memory_free for device in gpu_devices]),
+        "gpu_utilization": utilization,
+    }
+
+
+def host_resources(cpu: CpuMeter, gpu_devices: list[Device]) -> dict[str, Any]:
+    """Conduit's additions to ``resources``: every device (the CPU first), the process and
+    the machine's memory, in bytes."""
+    total, available = system_memory()
+    used = None if total is None or available is None else total - available
+    cpu_device = Device(
+        "cpu", "cpu", f"{os.cpu_count() or 0} cores", total, used, available, cpu.read()
+    )
+    devices = [cpu_device, *gpu_devices]
+    return {
+        "deviceIds": [device.id for device in devices],
         "devices": [device.as_json() for device in devices],
-        "process": {"rss_bytes": rss, "pid": os.getpid()},
-        "memory": {
-            "total_bytes": total,
-            "used_bytes": None if total is None or available is None else total - available,
-            "free_bytes": available,
-        },
+        "process": {"rssBytes": process_rss(), "pid": os.getpid()},
+        "memory": {"totalBytes": total, "usedBytes": used, "freeBytes": available},
     }

@@ -16,7 +16,6 @@ import logging
 import os
 import platform
 import socket
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from typing import Any
 
 from runners import COG_VERSION
 from runners.cache import CacheMode, CacheView, Flushed, FlushScope, ResultCache
+from runners.capabilities import CapabilitiesCache, build_capabilities
 from runners.config import RunnerConfig
 from runners.errors import (
     LifecycleConflictError,
@@ -40,7 +40,7 @@ from runners.optokens import OpTokenVerifier
 from runners.prediction import Prediction
 from runners.protocol import HealthStatus, PredictionRequest, Priority
 from runners.ratelimit import TenantRateLimiter
-from runners.resources import CpuMeter, Device, GpuMonitor, process_rss, snapshot, system_memory
+from runners.resources import CpuMeter, GpuMonitor, process_rss, system_memory
 from runners.scheduler import Scheduler
 from runners.streaming import SnapshotStream
 from runners.validation import InputValidator
@@ -115,7 +115,7 @@ class RunnerService:
         self._cpu = CpuMeter()
         self._gpus = GpuMonitor()
         self._model_cache_lookups = {True: 0, False: 0}
-        self._capabilities: tuple[float, dict[str, Any]] | None = None
+        self._capabilities = CapabilitiesCache(config.capabilities_ttl)
 
     # lifecycle
 
@@ -296,7 +296,7 @@ class RunnerService:
         if self.lifecycle.current is not None:
             raise LifecycleConflictError(f"Model {model_id} is already being loaded")
         task = self.lifecycle.start_load(evict)
-        self._capabilities = None
+        self._capabilities.invalidate()
         return task
 
     async def unload(self, model_id: str) -> UnloadOutcome:
@@ -308,7 +308,7 @@ class RunnerService:
         self._refuse_while_running("unload")
         unloaded = await self.lifecycle.unload()
         cache = self.cache.flush(FlushScope.MODEL, model_id)
-        self._capabilities = None
+        self._capabilities.invalidate()
         return UnloadOutcome(unloaded, cache)
 
     async def flush(self, scope: FlushScope, value: str | None) -> FlushOutcome:
@@ -320,7 +320,7 @@ class RunnerService:
         if scope in (FlushScope.ALL, FlushScope.MODEL) and self.ready:
             model = await self.model.flush_cache()
         flushed = self.cache.flush(scope, value)
-        self._capabilities = None
+        self._capabilities.invalidate()
         return FlushOutcome(flushed, model)
 
     def _refuse_while_running(self, action: str) -> None:
@@ -333,72 +333,12 @@ class RunnerService:
     # reporting
 
     async def capabilities(self) -> dict[str, Any]:
-        """The capabilities document, recomputed at most every ``capabilities_ttl`` seconds."""
-        now = time.monotonic()
-        if self._capabilities is not None and now - self._capabilities[0] < (
-            self.config.capabilities_ttl
-        ):
-            return self._capabilities[1]
-        document = self._build_capabilities(await self.problems(), await self._gpus.devices())
-        self._capabilities = (now, document)
-        return document
-
-    def _build_capabilities(self, reasons: list[str], gpus: list[Device]) -> dict[str, Any]:
-        lifecycle, model = self.lifecycle, self.model
-        loaded, loading = [], []
-        if lifecycle.loaded:
-            loaded.append(
-                {
-                    "id": model.name,
-                    "device": model.device,
-                    "memory_bytes": model.memory_bytes(),
-                    "load_time_seconds": lifecycle.last_load_time,
-                    **model.extra_capabilities(),
-                }
-            )
-        if (task := lifecycle.current) is not None:
-            loading.append(
-                {
-                    "id": task.model_id,
-                    "task_id": task.id,
-                    "progress": lifecycle.progress(task),
-                    "eta": lifecycle.eta(task),
-                }
-            )
-        return {
-            "runner": {
-                "type": "conduit",
-                "id": self.runner_id,
-                "cog_version": COG_VERSION,
-                "started_at": self.started_at,
-            },
-            "hardware": "gpu" if model.device.startswith("cuda") else "cpu",
-            "models": {
-                "loaded": loaded,
-                "loading": loading,
-                "available": [{"id": model.name, "state": lifecycle.state.value}],
-            },
-            "resources": snapshot(self._cpu, gpus),
-            "queue": {
-                "depth": self.scheduler.depth,
-                "max_depth": self.config.max_queue_depth,
-                "slots": self.concurrency,
-                "slots_in_use": self.scheduler.in_use,
-                **self.scheduler.wait_stats(),
-            },
-            "capabilities": {
-                "streaming": True,
-                "cancel": True,
-                "priorities": [priority.value for priority in Priority],
-                "cache_modes": [mode.value for mode in CacheMode],
-                "cache_flush_scopes": [scope.value for scope in FlushScope],
-                "model_load": True,
-                "tenant_rate_limits": self.limiter.enabled,
-                "op_tokens": self.op_tokens is not None,
-            },
-            "health": {"status": "unhealthy" if reasons else "healthy", "reasons": reasons},
-            "generated_at": datetime.now(UTC).isoformat(),
-        }
+        """The capabilities document's JSON, rebuilt at most every ``capabilities_ttl`` s."""
+        body = self._capabilities.get()
+        if body is None:
+            reasons, gpus = await self.problems(), await self._gpus.devices()
+            body = self._capabilities.put(build_capabilities(self, reasons, gpus, self._cpu))
+        return body
 
     def metrics_exposition(self) -> bytes:
         def gauges() -> dict[str, float]:

@@ -71,6 +71,7 @@ class VLLMModel(Model):
         ),
     )
     output: ClassVar[dict[str, Any]] = iterator_output({"type": "string"}, concatenate=True)
+    prefix_caching: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -84,6 +85,7 @@ class VLLMModel(Model):
         self.model_id = model_id
         self.engine: Engine = (engine_factory or VLLMEngine)(model_id, **engine_options)
         self.device = self.engine.device
+        self.quantization = engine_options.get("quantization")
         self._loaded = False
 
     def openapi_schema(self) -> dict[str, Any]:
@@ -144,6 +146,15 @@ class VLLMModel(Model):
         after = self.engine.kv_cache().blocks_cached
         freed = None if before is None or after is None else max(0, before - after)
         return ModelCacheFlush(bytes_freed=None, blocks_freed=freed)
+
+    def context_length(self) -> int | None:
+        return self.engine.max_model_len if self._loaded else None
+
+    def kv_cache(self) -> tuple[int | None, float | None]:
+        if not self._loaded:
+            return 0, 0.0
+        # The engine counts blocks, not bytes: the pool's size is not measured here.
+        return None, self.engine.kv_cache().usage
 
     def extra_capabilities(self) -> dict[str, Any]:
         if not self._loaded:

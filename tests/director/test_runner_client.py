@@ -85,6 +85,12 @@ def _cog(status: int, **headers: str) -> Answer:
     )
 
 
+def _spec_queue_full(**headers: str) -> Answer:
+    """The runner API spec's 503, as a runner that is not Conduit's may send it."""
+    error = {"code": "queue_full", "message": "Queue depth 16/16", "queueDepth": 16}
+    return lambda: web.json_response({"error": error}, status=503, headers=headers)
+
+
 async def _refusal(client: RunnerClient) -> RunnerRefused:
     with pytest.raises(RunnerRefused) as raised:
         await client.start("p1", {}, "http://127.0.0.1:1/hook", tenant="7", priority="low")
@@ -96,6 +102,7 @@ async def test_each_refusal_is_told_apart(loopback: tuple[Loopback, RunnerClient
     cases: list[tuple[Answer, type[RunnerRefused], float | None]] = [
         (_cog(409), RunnerBusy, None),
         (_problem(503, **{"Retry-After": "3"}), RunnerSaturated, 3.0),
+        (_spec_queue_full(**{"Retry-After": "5"}), RunnerSaturated, 5.0),
         (_cog(503), RunnerNotReady, None),
         (_cog(503, **{"Retry-After": "2"}), RunnerNotReady, 2.0),
         (_problem(429, **{"Retry-After": "1", "X-RateLimit-Remaining": "0"}), RateLimited, 1.0),
@@ -146,9 +153,16 @@ async def test_capabilities_of_conduit_and_stock_runners(
     state, client = loopback
     assert await client.capabilities() == STOCK_COG  # 404: a stock Cog server
     assert STOCK_COG.hardware == "runner"
-    body = {"runner": {"type": "conduit", "id": "r1"}, "hardware": "cpu", "queue": {"depth": 0}}
+    body = {"runnerType": "conduit-echo", "runnerId": "r1", "hardware": "cpu", "queue": {}}
     state.capabilities = lambda: web.json_response(body)
-    assert await client.capabilities() == Capabilities("conduit", "r1", "cpu")
+    assert await client.capabilities() == Capabilities("conduit-echo", "r1", "cpu")
+    # A runner that follows the spec without Conduit's additions: its GPU ids tell, if any.
+    spec = {"runnerType": "vllm-0.6.0", "runnerId": "r2", "resources": {"gpuIds": [0]}}
+    state.capabilities = lambda: web.json_response(spec)
+    assert await client.capabilities() == Capabilities("vllm-0.6.0", "r2", "gpu")
+    spec = {"runnerType": "whisper", "health": "healthy"}  # says nothing of its resources
+    state.capabilities = lambda: web.json_response(spec)
+    assert await client.capabilities() == Capabilities("whisper", None, "runner")
     state.capabilities = lambda: web.json_response({}, status=503)  # still starting
     assert await client.capabilities() is None
     state.capabilities = lambda: web.Response(text="not json", status=200)
@@ -161,7 +175,7 @@ async def test_monitor_rereads_capabilities_when_the_runner_comes_back(
     state, client = loopback
     hardware = ["gpu"]
     state.capabilities = lambda: web.json_response(
-        {"runner": {"type": "conduit", "id": "r"}, "hardware": hardware[0]}
+        {"runnerType": "conduit-echo", "runnerId": "r", "hardware": hardware[0]}
     )
     monitor = RunnerMonitor(client, interval=0.01, failures_to_gone=2)
     await monitor.check()

@@ -304,7 +304,11 @@ async def test_capabilities_report_kv_cache_and_memory(
         "blocks_used": 0,
         "blocks_cached": 1,
     }
-    assert loaded["memory_bytes"] == model.memory_bytes() == ENGINE_BYTES  # the pool is fixed
+    assert loaded["memoryBytes"] == model.memory_bytes() == ENGINE_BYTES  # the pool is fixed
+    assert loaded["contextLength"] == 2048
+    resources = capabilities["resources"]
+    assert (resources["kvCacheSizeMB"], resources["kvCacheUtilization"]) == (None, 0.0)
+    assert capabilities["capabilities"]["prefixCaching"] is True
 
 
 async def test_unload_frees_memory_and_refuses_predictions_until_loaded_again(
