@@ -30,7 +30,10 @@ def parse_cancel_after(value: str | None) -> timedelta | None:
         if not parts or "".join(n + u for n, u in parts) != text:
             raise _invalid(value) from None
         seconds = sum(float(n) * _UNITS[u] for n, u in parts)
-    duration = timedelta(seconds=seconds)
+    try:
+        duration = timedelta(seconds=seconds)
+    except (ValueError, OverflowError):  # nan, inf, or beyond what a timedelta holds
+        raise _invalid(value) from None
     if not timedelta(0) < duration <= MAX_DEADLINE:
         raise _invalid(value)
     return duration

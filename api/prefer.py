@@ -30,7 +30,7 @@ def parse_wait(header: str | None) -> tuple[int, str] | None:
         if not value:
             return MAX_WAIT, "wait"
         value = value.strip().strip('"')
-        if not value.isdigit() or not 1 <= int(value) <= MAX_WAIT:
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_WAIT:
             raise InvalidRequest(
                 f"Prefer: wait must be between 1 and {MAX_WAIT} seconds, got {value!r}",
                 errors=[{"field": "Prefer", "message": f"wait must be 1..{MAX_WAIT}"}],

@@ -2,8 +2,8 @@
 
 Events ``output``, ``logs``, ``error`` and ``done``, each with the Redis entry id as ``id:``, so a
 client joining late gets the whole history and ``Last-Event-ID`` resumes after it. A
-``Last-Event-ID`` that is not a stream id (``<ms>-<seq>``) is refused with 400 before the stream
-starts: resuming from a guess could repeat or skip output.
+``Last-Event-ID`` that is not a stream id (``<ms>-<seq>``), or one past the stream's last event,
+is refused with 400 before the stream starts: resuming from a guess could repeat or skip output.
 
 When the history has expired, a finished prediction is replayed from its stored row with the
 same event shapes as the live stream (outputs, then log lines, then the error and ``done``) and
@@ -20,12 +20,14 @@ from typing import Any
 
 import orjson
 from fastapi import APIRouter, Request
+from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import serving
 from api.deps import AccountDep, ResourcesDep
 from api.errors import InvalidRequest
 from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
+from tracker import keys
 from tracker.events import EventLog, EventType, done_data, output_text
 from tracker.states import Status
 
@@ -52,6 +54,23 @@ def parse_last_event_id(header: str | None) -> str:
             errors=[{"field": "Last-Event-ID", "message": "expected <digits>-<digits>"}],
         )
     return header
+
+
+async def _refuse_unsent(redis: Redis, prediction_id: str, after: str) -> None:
+    """An id past the stream's last event was never sent: following from it would skip what
+    comes before it, or wait for ever on a finished prediction."""
+    if after == "0":
+        return
+    last = await redis.xrevrange(keys.events_key(prediction_id), count=1)
+    if last and _position(after) > _position(_text(last[0][0])):
+        raise InvalidRequest(
+            f"Last-Event-ID {after!r} is past the last event of this stream",
+            errors=[{"field": "Last-Event-ID", "message": "not an event of this stream"}],
+        )
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def replay_from_row(row: Mapping[Any, Any], after: str = "0") -> Iterator[ServerSentEvent]:
@@ -101,6 +120,7 @@ async def stream_prediction(
     if Status(row["status"]).is_terminal and not await resources.events.exists(prediction_id):
         content = replay_from_row(row, after)
     else:
+        await _refuse_unsent(resources.redis, prediction_id, after)
         content = follow(resources.events, prediction_id, after)
     return EventSourceResponse(
         content, ping=resources.settings.sse_ping, headers={"Cache-Control": "no-store"}

@@ -29,7 +29,7 @@ from api.app import create_app
 from api.settings import ApiSettings
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
-from tests.fixtures.api import create, wait_status
+from tests.fixtures.api import assert_problem, create, wait_status
 
 pytestmark = pytest.mark.e2e
 
@@ -119,3 +119,17 @@ def test_operation_conforms_to_document(
         case.call_and_validate(base_url=stack.api_url, headers=auth, checks=CHECKS, timeout=30)
 
     conforms()
+
+
+def test_last_event_id_past_the_stream_is_refused(stack: Stack, existing: dict[str, Any]) -> None:
+    """Found by the run above: an id past a finished prediction's last event used to hold the
+    stream open for ever, and one beyond 64 bits broke it after its headers."""
+    prediction = existing["path"]["prediction_id"]
+    auth = {"Authorization": f"Bearer {existing['token']}"}
+    url = f"{stack.api_url}/v1/predictions/{prediction}/stream"
+    for last in ("695443531928573017-701", "08720-94272627789230833747942649198339"):
+        response = httpx.get(url, headers={**auth, "Last-Event-ID": last}, timeout=30)
+        assert_problem(response, 400)
+    first = httpx.get(url, headers={**auth, "Last-Event-ID": "0-1"}, timeout=30)
+    assert first.status_code == 200
+    assert "event: done" in first.text
