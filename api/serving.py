@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import random
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -147,7 +145,7 @@ async def create(
         input=body.input,
         webhook=webhook,
         webhook_events_filter=list(events) if events is not None else None,
-        stream=target.name,
+        target=target.name,
         deadline=datetime.now(UTC) + cancel_after if cancel_after else None,
         priority=priority.value if priority is not None else None,
     )
@@ -158,7 +156,6 @@ async def create(
             row, replayed = await idempotency.insert_once(conn, new)
     if replayed:
         return row, True
-    _fault_crash_after_commit(resources.settings.fault_crash_after_commit)
     try:
         await resources.queue.enqueue(target.streams_for(account.id), new.id)
     except RedisError as error:
@@ -173,13 +170,6 @@ async def create(
         await _fail_unqueued(resources, new.id)
         raise Unavailable("The queue is unreachable; the prediction was not started.") from error
     return row, False
-
-
-def _fault_crash_after_commit(probability: float) -> None:
-    """Fault drill hook: die between COMMIT and XADD, the window the reconciler covers."""
-    if probability and random.random() < probability:
-        log.error("fault drill: exiting between commit and enqueue")
-        os._exit(86)
 
 
 async def _fail_unqueued(resources: Resources, prediction_id: str) -> None:

@@ -39,5 +39,3 @@ class ApiSettings(BaseSettings):
             "CONDUIT_REMOTE_TIME_FORWARDING", "CONDUIT_API_REMOTE_TIME_FORWARDING"
         ),
     )
-    #: Fault drills only: probability of exiting between a create's COMMIT and its enqueue.
-    fault_crash_after_commit: float = Field(0.0, ge=0.0, le=1.0)

@@ -14,6 +14,7 @@ import psycopg
 
 from tests.faults.conftest import DrillServers, register_faulty
 from tests.faults.harness import TERMINAL, Drill, Submitted, verify
+from tests.fixtures import faulty_api
 from tests.fixtures.waiting import pace, wait_for
 
 #: Seconds Redis stays down in drills 2 and 3, long enough that creates meet it down.
@@ -56,7 +57,7 @@ def _under_load(
 def test_api_crash_between_commit_and_enqueue(drill: Drill) -> None:
     name, accounts = _stack(drill)
     started = time.monotonic()
-    crashing, url = drill.launcher.api(env={"CONDUIT_API_FAULT_CRASH_AFTER_COMMIT": "1"})
+    crashing, url = faulty_api.launch(drill.launcher)
     orphans = 0
 
     def crash_loop() -> None:
