@@ -16,6 +16,7 @@ refuses to drop them now (an LLM engine with requests running).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -35,6 +36,7 @@ from runners.errors import (
     UnknownTaskError,
 )
 from runners.model import ModelCacheFlush
+from runners.resources import MIB
 from runners.service import RunnerService
 from runners.state import SERVICE
 
@@ -110,9 +112,12 @@ async def unload_model(request: web.Request) -> web.Response:
     model = _string(data, "modelId")
     _authorise(service, data, "model-unload", model)
     outcome = await service.unload(model)
+    on_gpu = service.model.device.startswith("cuda")
     return _json(
         {
             "modelId": model,
+            "gpuMemoryFreedMB": outcome.unloaded.model_bytes // MIB if on_gpu else 0,
+            "kvCacheFlushed": True,  # the model's caches went with it
             "status": "unloaded",
             "freedBytes": outcome.freed_bytes,
             "modelBytes": outcome.unloaded.model_bytes,
@@ -128,39 +133,63 @@ def _model_cache(flushed: ModelCacheFlush | None) -> dict[str, int | None] | Non
     return {"freedBytes": flushed.bytes_freed, "freedBlocks": flushed.blocks_freed}
 
 
-async def flush_cache(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    data = await _body(request)
-    raw_scope = data.get("scope", "all")
+_SCOPE_FIELDS = {
+    FlushScope.MODEL: ("modelId", "model"),
+    FlushScope.TENANT: ("tenantId", "tenant"),
+    FlushScope.TAG: ("tag",),
+}
+"""Where a flush's scope value is read from: the spec's name first, then Conduit's older one."""
+
+
+def _scope(data: dict[str, Any]) -> tuple[FlushScope, str | None]:
+    raw_scope = data.get("scope", FlushScope.ALL.value)
     if raw_scope not in {scope.value for scope in FlushScope}:
         scopes = ", ".join(scope.value for scope in FlushScope)
         raise InvalidFieldError("scope", f"scope must be one of {scopes}")
     scope = FlushScope(raw_scope)
-    value = None if scope is FlushScope.ALL else _string(data, scope.value)
+    if scope is FlushScope.ALL:
+        return scope, None
+    fields = _SCOPE_FIELDS[scope]
+    field = next((name for name in fields if data.get(name) is not None), fields[0])
+    return scope, _string(data, field)
+
+
+async def flush_cache(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    data = await _body(request)
+    scope, value = _scope(data)
     model = value if scope is FlushScope.MODEL and value else service.model.name
     _authorise(service, data, "cache-flush", model)
     outcome = await service.flush(scope, value)
-    body: dict[str, Any] = {"scope": scope.value}
+    freed = outcome.cache.bytes_freed
+    if outcome.model is not None and outcome.model.bytes_freed is not None:
+        freed += outcome.model.bytes_freed
+    body: dict[str, Any] = {
+        "flushed": True,
+        "entriesRemoved": outcome.cache.entries,
+        "memoryFreedMB": freed // MIB,
+        "scope": scope.value,
+    }
     if scope is not FlushScope.ALL:
         body[scope.value] = value
     return _json(
-        body
-        | {
-            "entriesRemoved": outcome.cache.entries,
-            "freedBytes": outcome.cache.bytes_freed,
-            "modelCache": _model_cache(outcome.model),
-        }
+        body | {"freedBytes": outcome.cache.bytes_freed, "modelCache": _model_cache(outcome.model)}
     )
 
 
 async def health(request: web.Request) -> web.Response:
+    """The spec's health document; 503 (``unhealthy``) when something is wrong, with why."""
     service = request.app[SERVICE]
     reasons = await service.problems()
+    status = wire.RunnerHealth.UNHEALTHY if reasons else wire.RunnerHealth.HEALTHY
     body = {
-        "status": "unhealthy" if reasons else "healthy",
+        "status": status.value,
+        "uptime": math.floor(service.uptime),
+        "modelsLoaded": 1 if service.ready else 0,
+        "queueDepth": service.scheduler.depth,
         "reasons": reasons,
         "model": {"id": service.model.name, "state": service.lifecycle.state.value},
-        "queue": {"depth": service.scheduler.depth, "max_depth": service.config.max_queue_depth},
+        "queue": {"depth": service.scheduler.depth, "maxDepth": service.config.max_queue_depth},
     }
     return _json(body, 503 if reasons else 200)
 

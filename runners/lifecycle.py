@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import time
 import traceback
 import uuid
@@ -28,7 +29,7 @@ from typing import Any
 
 from runners.errors import LifecycleConflictError
 from runners.model import Model
-from runners.resources import process_rss
+from runners.resources import MIB, process_rss
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +102,19 @@ class LoadTask:
     error: str | None = None
     logs: str = ""
 
-    def as_json(self, progress: float, eta: float | None, stage: str | None) -> dict[str, Any]:
+    def as_json(
+        self, progress: float, eta: float | None, stage: str | None, on_gpu: bool
+    ) -> dict[str, Any]:
+        """The task as the runner API spec writes it (``status`` loading, completed or failed;
+        ``eta`` in seconds, ``gpuMemoryUsedMB`` and ``loadTimeMs`` once completed), with
+        Conduit's finer ``phase`` and byte-exact figures beside them."""
         body: dict[str, Any] = {
             "taskId": self.id,
             "modelId": self.model_id,
-            "status": self.status.value,
+            "status": _SPEC_STATUS[self.status],
+            "phase": self.status.value,
             "progress": round(progress, 4),
-            "eta": None if eta is None else round(eta, 3),
+            "eta": None if eta is None else math.ceil(eta),
             "createdAt": self.created_at,
         }
         if self.status is TaskStatus.RUNNING:
@@ -116,7 +123,13 @@ class LoadTask:
             body["evictModel"] = self.evict
             body["freedBytes"] = self.freed_by_evict
         if self.status is TaskStatus.COMPLETED:
-            body |= {"memoryUsedBytes": self.memory_used, "loadTimeSeconds": self.load_time}
+            used, seconds = self.memory_used or 0, self.load_time or 0.0
+            body |= {
+                "gpuMemoryUsedMB": used // MIB if on_gpu else 0,
+                "loadTimeMs": round(seconds * 1000),
+                "memoryUsedBytes": self.memory_used,
+                "loadTimeSeconds": self.load_time,
+            }
             if self.rss is not None:
                 body |= self.rss.as_json()
         if self.status is TaskStatus.FAILED:
@@ -124,6 +137,14 @@ class LoadTask:
         if self.completed_at is not None:
             body["completedAt"] = self.completed_at
         return body
+
+
+_SPEC_STATUS = {
+    TaskStatus.QUEUED: "loading",
+    TaskStatus.RUNNING: "loading",
+    TaskStatus.COMPLETED: "completed",
+    TaskStatus.FAILED: "failed",
+}
 
 
 class ModelLifecycle:
@@ -181,7 +202,8 @@ class ModelLifecycle:
         return max(0.0, self.last_load_time - elapsed)
 
     def describe(self, task: LoadTask) -> dict[str, Any]:
-        return task.as_json(self.progress(task), self.eta(task), self.model.load_stage())
+        on_gpu = self.model.device.startswith("cuda")
+        return task.as_json(self.progress(task), self.eta(task), self.model.load_stage(), on_gpu)
 
     async def wait(self) -> None:
         """Wait for every load started so far to end."""

@@ -4,9 +4,12 @@ A ``verifiedOpToken`` authorises one ``model-load``, ``model-unload`` or ``cache
 model, once, within a few minutes of being issued. On the wire it is unpadded base64url of::
 
     {"opToken": {"operation": "model-load", "modelId": "acme/llm",
-                 "issuedAt": "2026-11-22T03:00:00Z", "signers": ["alice", "bob"],
+                 "issuedAt": 1795316400, "signers": ["alice", "bob"],
                  "nonce": "<32 to 128 lowercase hex digits>"},
      "signature": "<hex HMAC-SHA256 of opToken as JSON, sorted keys, separators (',', ':')>"}
+
+``issuedAt`` is epoch seconds, as the runner API spec writes it, or an ISO 8601 string with a
+time zone (``"2026-11-22T03:00:00Z"``, what :func:`issue` writes).
 
 :class:`OpTokenVerifier` checks, in this order: parse → signature → time window → operation and
 model → signers → nonce. The nonce is recorded only when everything before it passed, so a token
@@ -348,12 +351,23 @@ def _to_op_token(body: dict[str, Any]) -> OpToken:
         _malformed("signers must be a list of strings")
     if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
         _malformed("nonce must be 32 to 128 lowercase hex digits")
-    if not isinstance(issued_at, str):
-        _malformed("issuedAt must be a string")
+    return OpToken(operation, model_id, _issued_at(issued_at), tuple(signers), nonce)
+
+
+def _issued_at(value: Any) -> datetime:
+    """``issuedAt``: epoch seconds, as the runner API spec writes it, or an ISO 8601 string
+    with a time zone."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):
+            _malformed("issuedAt is out of range")
+    if not isinstance(value, str):
+        _malformed("issuedAt must be epoch seconds or an ISO 8601 string")
     try:
-        moment = datetime.fromisoformat(issued_at)
+        moment = datetime.fromisoformat(value)
     except ValueError:
         _malformed("issuedAt is not an ISO 8601 timestamp")
     if moment.tzinfo is None:
         _malformed("issuedAt has no time zone")
-    return OpToken(operation, model_id, moment.astimezone(UTC), tuple(signers), nonce)
+    return moment.astimezone(UTC)

@@ -16,6 +16,7 @@ import logging
 import os
 import platform
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -108,6 +109,7 @@ class RunnerService:
         self.op_tokens = OpTokenVerifier.from_env() if _op_tokens_configured() else None
         self.shutdown_requested = asyncio.Event()
         self.started_at = datetime.now(UTC).isoformat()
+        self._began = time.monotonic()
         self._inflight: dict[str, Prediction] = {}
         self._drivers: set[asyncio.Task[None]] = set()
         self._setup_task: asyncio.Task[None] | None = None
@@ -154,6 +156,11 @@ class RunnerService:
     @property
     def starting(self) -> bool:
         return self.lifecycle.setup_result["status"] == "starting"
+
+    @property
+    def uptime(self) -> float:
+        """Seconds since the service was built."""
+        return time.monotonic() - self._began
 
     @property
     def stopping(self) -> bool:

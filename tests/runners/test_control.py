@@ -146,6 +146,8 @@ async def test_unload_then_load_with_progress_and_eta(
     rss = {key: body.pop(key) for key in ("rssBeforeBytes", "rssAfterBytes", "rssDeltaBytes")}
     assert body == {
         "modelId": "control",
+        "gpuMemoryFreedMB": 0,  # the model was on the CPU
+        "kvCacheFlushed": True,
         "status": "unloaded",
         "freedBytes": WEIGHTS,
         "modelBytes": WEIGHTS,
@@ -164,11 +166,11 @@ async def test_unload_then_load_with_progress_and_eta(
     )
     assert status == 202
     assert headers["Location"] == f"/v1/models/load/{task['taskId']}"
-    assert task["status"] in ("queued", "running") and task["progress"] in (0.0, 0.5)
+    assert task["status"] == "loading" and task["progress"] in (0.0, 0.5)
     assert "memoryUsedBytes" not in task and "rssDeltaBytes" not in task
     assert task["eta"] is not None  # the setup load's duration is known
     _, running, _ = await call(http, "GET", f"{url}/v1/models/load/{task['taskId']}")
-    assert (running["status"], running["progress"]) == ("running", 0.5)
+    assert (running["status"], running["phase"], running["progress"]) == ("loading", "running", 0.5)
     capabilities = (await call(http, "GET", f"{url}/v1/capabilities"))[1]
     assert capabilities["models"]["loading"][0]["taskId"] == task["taskId"]
     model.gate.set()
@@ -262,17 +264,21 @@ async def test_cache_modes_and_flush_scopes(
         return dict(answer)
 
     assert await flush("tag", tag="blue") == {
+        "flushed": True,
+        "memoryFreedMB": 0,  # a few bytes
         "scope": "tag",
         "tag": "blue",
         "entriesRemoved": 1,
         "freedBytes": len("tagged!"),
         "modelCache": None,  # tags and tenants live only in the result cache
     }
-    assert (await flush("tenant", tenant="t2"))["entriesRemoved"] == 1
+    assert (await flush("tenant", tenantId="t2"))["entriesRemoved"] == 1  # the spec's name
     # "refresh" rewrote "one two" as tenant "default"; tenant t1 has nothing left
     assert (await flush("tenant", tenant="t1"))["entriesRemoved"] == 0
     model_cache = {"freedBytes": 0, "freedBlocks": None}
     assert await flush("model", model="control") == {
+        "flushed": True,
+        "memoryFreedMB": 0,
         "scope": "model",
         "model": "control",
         "entriesRemoved": 1,
@@ -281,6 +287,8 @@ async def test_cache_modes_and_flush_scopes(
     }
     await _predict(http, runner, "again")
     assert await flush("all") == {
+        "flushed": True,
+        "memoryFreedMB": 0,
         "scope": "all",
         "entriesRemoved": 1,
         "freedBytes": 6,
@@ -289,7 +297,7 @@ async def test_cache_modes_and_flush_scopes(
     assert model.flushed == 2  # the model's own caches too, for "model" and "all"
     body = {"scope": "tenant", "verifiedOpToken": op_tokens("cache-flush")}
     status, answer, _ = await call(http, "POST", f"{runner.url}/v1/cache/flush", body)
-    assert (status, answer["field"]) == (422, "tenant")
+    assert (status, answer["field"]) == (422, "tenantId")
     body = {"scope": "everything", "verifiedOpToken": op_tokens("cache-flush")}
     status, answer, _ = await call(http, "POST", f"{runner.url}/v1/cache/flush", body)
     assert (status, answer["field"]) == (422, "scope")

@@ -141,7 +141,9 @@ def test_accepts_padded_input() -> None:
         signed(good_body(nonce="Z" * 32)),
         signed(good_body(issuedAt="yesterday")),
         signed(good_body(issuedAt="2026-11-22T03:00:00")),
-        signed(good_body(issuedAt=1795316400)),
+        signed(good_body(issuedAt=True)),
+        signed(good_body(issuedAt=[1795316400])),
+        signed(good_body(issuedAt=10**20)),
         encode({"opToken": good_body(), "signature": 1}),
         "A" * 9000,
     ],
@@ -171,6 +173,13 @@ def test_rejects_a_token_signed_with_another_key() -> None:
     token = issue(b"another key", "model-load", MODEL, SIGNERS, NOW)
     with pytest.raises(BadSignatureError):
         verifier().verify(token, "model-load", MODEL)
+
+
+@pytest.mark.parametrize("issued_at", [NOW.timestamp(), int(NOW.timestamp()), "2026-11-22T03:00Z"])
+def test_issued_at_as_epoch_seconds_or_iso_8601(issued_at: float | str) -> None:
+    """The spec writes ``issuedAt`` as epoch seconds; ISO 8601 with a zone stays accepted."""
+    verified = verifier().verify(signed(good_body(issuedAt=issued_at)), "model-load", MODEL)
+    assert verified.issued_at == NOW
 
 
 @pytest.mark.parametrize(

@@ -244,6 +244,8 @@ async def test_flush_empties_the_prefix_cache(
     assert await flush(http, runner, op_tokens) == (
         200,
         {
+            "flushed": True,
+            "memoryFreedMB": 0,
             "scope": "model",
             "model": "vllm",
             "entriesRemoved": 0,
