@@ -11,6 +11,8 @@ Exception tree::
     │                            Retry-After), e.g. a create reusing an ``Idempotency-Key``
     ├── PayloadTooLarge     413: body over ``max_body_bytes``
     └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
+
+A value Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -162,6 +164,18 @@ async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_unstorable(request: Request, exc: Exception) -> JSONResponse:
+    """Postgres refused a value of the request (SQLSTATE class 22: a NUL character, a number
+    or date out of range): the request is at fault, and the database is fine."""
+    log.info("database refused a value on %s: %r", request.url.path, exc)
+    return problem_response(
+        400,
+        "Invalid request",
+        "The request holds a value the database cannot store (such as a NUL character).",
+        instance=request.url.path,
+    )
+
+
 async def _on_backend(request: Request, exc: Exception) -> JSONResponse:
     log.warning("backend unavailable on %s: %r", request.url.path, exc)
     which = "database" if isinstance(exc, DBAPIError) else "queue"
@@ -185,6 +199,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
+    app.add_exception_handler(DataError, _on_unstorable)
     app.add_exception_handler(DBAPIError, _on_backend)
     app.add_exception_handler(RedisError, _on_backend)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -22,7 +22,8 @@ BEARER = "bearer"
 _SCHEMAS = "#/components/schemas/"
 
 _PROBLEMS: dict[int, str] = {
-    400: "The request is malformed: invalid JSON, or a header or cursor that cannot be read.",
+    400: "The request is malformed: invalid JSON, a header or cursor that cannot be read, or a "
+    "value the database cannot store (a NUL character).",
     401: "No bearer token, or one that names no active account.",
     404: "No such resource, or it belongs to another account.",
     409: "A create with this Idempotency-Key is still in progress; retry after Retry-After.",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 WebhookEventName = Literal["start", "output", "logs", "completed"]
 
@@ -23,3 +23,22 @@ class PredictionCreate(BaseModel):
     webhook_completed: str | None = Field(None, max_length=4096)
     #: Deprecated by Replicate: every prediction has ``urls.stream``. Accepted and ignored.
     stream: bool | None = None
+
+    @field_validator("version", "input", "webhook", "webhook_completed")
+    @classmethod
+    def _storable(cls, value: Any) -> Any:
+        # Postgres text and jsonb cannot hold NUL; refused here, it never reaches the batched
+        # insert, where it would fail the other creates committed with it.
+        if _has_nul(value):
+            raise ValueError("must not contain NUL (\\u0000) characters")
+        return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False

@@ -17,7 +17,7 @@ from tracker.render import iso
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 #: Every route here: bearer auth, and these problems (see ``api.openapi``).
-_READ: dict[str, Any] = {"responses": problems(401, 404, 503), "openapi_extra": operation()}
+_READ: dict[str, Any] = {"responses": problems(400, 401, 404, 503), "openapi_extra": operation()}
 
 
 def render_version(version: VersionInfo) -> dict[str, Any]:

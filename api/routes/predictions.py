@@ -154,7 +154,7 @@ async def list_predictions(
 @router.get(
     "/predictions/{prediction_id}",
     response_model=Prediction,
-    responses=problems(401, 404, 503),
+    responses=problems(400, 401, 404, 503),
     openapi_extra=operation(),
 )
 async def get_prediction(
@@ -167,7 +167,7 @@ async def get_prediction(
 @router.post(
     "/predictions/{prediction_id}/cancel",
     response_model=Prediction,
-    responses=problems(401, 404, 503),
+    responses=problems(400, 401, 404, 503),
     openapi_extra=operation(),
 )
 async def cancel_prediction(

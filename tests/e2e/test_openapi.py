@@ -133,3 +133,16 @@ def test_last_event_id_past_the_stream_is_refused(stack: Stack, existing: dict[s
     first = httpx.get(url, headers={**auth, "Last-Event-ID": "0-1"}, timeout=30)
     assert first.status_code == 200
     assert "event: done" in first.text
+
+
+def test_values_postgres_cannot_store_are_refused(stack: Stack, existing: dict[str, Any]) -> None:
+    """A NUL character used to reach Postgres and come back as 503 "database unreachable"."""
+    auth = {"Authorization": f"Bearer {existing['token']}"}
+    with httpx.Client(base_url=stack.api_url, headers=auth, timeout=30) as client:
+        for path in ("/v1/predictions/%00", f"/v1/deployments/{ECHO}%00", "/v1/models/%00/x"):
+            assert_problem(client.get(path), 400)
+        nul_input = {"input": {"prompt": "a\u0000"}}
+        body = assert_problem(
+            client.post(f"/v1/deployments/{ECHO}/predictions", json=nul_input), 422
+        )
+        assert body["errors"][0]["field"] == "input"
