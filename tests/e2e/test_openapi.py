@@ -40,7 +40,7 @@ CHECKS = [
     response_schema_conformance,
 ]
 #: Generated requests per operation and generation mode.
-EXAMPLES = 12
+EXAMPLES = 25
 
 OPERATIONS = [
     (method.upper(), path)
