@@ -26,10 +26,13 @@ COG_TIMES = {"predict_time": 0.5}
 
 
 def _capabilities(hardware: str) -> dict[str, Any]:
+    """The runner API spec's capabilities document, plus Conduit's ``hardware``."""
     return {
-        "runner": {"type": "conduit", "id": f"r-{hardware}"},
+        "runnerType": "conduit-scripted",
+        "runnerId": f"r-{hardware}",
         "hardware": hardware,
-        "queue": {"depth": 0, "max_depth": 8},
+        "queue": {"depth": 0, "maxDepth": 8, "avgWaitMs": 0, "p95WaitMs": 0},
+        "health": "healthy",
     }
 
 

@@ -42,4 +42,4 @@ def test_saturated_runner_completes_every_prediction(
     assert all(p["output"] == ["hello-0"] for p in done)
     assert _refusals(runner_url) > 0, "the runner was never full: the test proved nothing"
     capabilities = httpx.get(f"{runner_url}/v1/capabilities").json()
-    assert capabilities["queue"]["max_depth"] == 1
+    assert capabilities["queue"]["maxDepth"] == 1
