@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 
 from api.errors import PROBLEM_JSON
 from api.schemas import Problem
+from tracker.priority import Priority
 
 BEARER = "bearer"
 _SCHEMAS = "#/components/schemas/"
@@ -87,7 +88,7 @@ CREATE_HEADERS = (
     header_parameter(
         "X-Priority",
         "How urgent the prediction is; overrides the deployment's priority.",
-        {"type": "string", "enum": ["high", "normal", "low"]},
+        {"type": "string", "enum": [p.value for p in Priority]},
     ),
 )
 

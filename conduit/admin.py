@@ -55,7 +55,7 @@ async def create_deployment(
     shards: int,
     prediction_timeout: float,
     max_attempts: int = 1,
-    priority: str = "normal",
+    priority: str = Priority.NORMAL,
 ) -> catalog.DeploymentInfo:
     owner, short = split_name(name)
     model_owner, model_name = split_name(model)

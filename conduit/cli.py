@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from tracker.priority import Priority
+
 T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -195,8 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deployment.add_argument(
         "--priority",
-        choices=["high", "normal", "low"],
-        default="normal",
+        choices=[p.value for p in Priority],
+        default=Priority.NORMAL.value,
         help="X-Priority sent to the runner unless a request sets its own (default normal)",
     )
     deployment.set_defaults(func=cmd_create_deployment)

@@ -8,6 +8,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.queue import Queue, Target
+from tracker.priority import Priority
 from tracker.tables import Deployment, Version
 
 
@@ -20,7 +21,7 @@ class DeploymentInfo:
     prediction_timeout: float
     max_attempts: int = 1
     #: ``X-Priority`` for predictions that do not carry their own.
-    priority: str = "normal"
+    priority: str = Priority.NORMAL
     #: Streams under the untagged names of earlier releases that still held entries at start.
     legacy: tuple[str, ...] = ()
 

@@ -35,7 +35,7 @@ from director.runner_client import (
     SnapshotFeed,
 )
 from director.runner_monitor import RunnerMonitor
-from runners.protocol import PredictionResponse, RunnerStatus
+from runners.protocol import PredictionResponse, Priority, RunnerStatus
 from tracker import store
 from tracker.batch_writes import ran
 from tracker.retry import TRANSIENT
@@ -70,7 +70,7 @@ class Execution:
         cancel_grace: float,
         monitor: RunnerMonitor,
         on_cancel_ignored: Callable[[], None] | None = None,
-        priority: str = "normal",
+        priority: str = Priority.NORMAL,
         backoff: StartBackoff | None = None,
     ) -> None:
         self.runner = runner

@@ -58,7 +58,7 @@ class DeploymentInfo:
     shards: int
     prediction_timeout: float
     created_at: datetime
-    priority: str = "normal"
+    priority: str = Priority.NORMAL
 
     @property
     def full_name(self) -> str:

@@ -22,6 +22,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from tracker.priority import Priority
 from tracker.states import UNFINISHED, Status, sql_list
 
 NAMING = {
@@ -98,7 +99,7 @@ class Deployment(Base):
     #: Runs a prediction may start; >1 re-runs one whose director died while it was processing.
     max_attempts: Mapped[int] = mapped_column(Integer, server_default="1")
     #: ``X-Priority`` sent to the runner (high, normal, low) unless a request sets its own.
-    priority: Mapped[str] = mapped_column(String(8), server_default="normal")
+    priority: Mapped[str] = mapped_column(String(8), server_default=Priority.NORMAL.value)
     created_at: Mapped[datetime] = _now()
 
 
