@@ -101,11 +101,6 @@ class ResultCache:
             self._drop(key)
         return Flushed(len(doomed), before - self.bytes_used)
 
-    @property
-    def hit_rate(self) -> float:
-        lookups = self.hits + self.misses
-        return self.hits / lookups if lookups else 0.0
-
     def _drop(self, key: tuple[str, str]) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
