@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.fixtures.waiting import apace
-from tracker.fence import Fence
+from tracker.fence import Fence, Unfenced
 from tracker.ids import new_webhook_secret
 from tracker.intermediate import IntermediateSender, SendSlots
 from tracker.ssrf import parse_cidrs
@@ -117,23 +117,16 @@ async def sender(
             webhooks.close()
 
 
-class CountingFence:
-    """A lease that counts how often the sender asks it."""
+class CountingFence(Unfenced):
+    """A fence that counts how often the sender asks it."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.asked = 0
-        self._lost = False
-
-    @property
-    def lost(self) -> bool:
-        return self._lost
-
-    def revoke(self, why: str) -> None:
-        self._lost = True
 
     async def held(self) -> bool:
         self.asked += 1
-        return not self._lost
+        return await super().held()
 
 
 def snapshot(event: str, n: int, rendered: list[int] | None = None) -> Callable[[], str]:
