@@ -17,12 +17,12 @@ from dataclasses import dataclass
 
 import orjson
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.queue import Entry, Queue
 from director.runner_client import STOCK_COG, RunnerClient, RunnerError, SnapshotFeed
 from director.runner_monitor import RunnerMonitor
 from tracker import store
+from tracker.batch_writes import StateWrites
 from tracker.events import EventLog
 from tracker.render import render_prediction
 from tracker.states import Status
@@ -47,13 +47,14 @@ class Claimed:
 class Claims:
     def __init__(
         self,
-        engine: AsyncEngine,
+        writes: StateWrites,
         queue: Queue,
         consumer: str,
         events: EventLog,
         public_url: str,
     ) -> None:
-        self.engine = engine
+        self.writes = writes
+        self.engine = writes.engine
         self.queue = queue
         self.consumer = consumer
         self.events = events
@@ -61,7 +62,7 @@ class Claims:
 
     async def claim(self, entry: Entry) -> Claimed | Verdict:
         prediction_id = entry.prediction_id
-        row = await store.claim(self.engine, prediction_id, self.consumer)
+        row = await store.claim(self.writes, prediction_id, self.consumer)
         if row is not None:
             return Claimed(row)
         current = await store.get(self.engine, prediction_id)
@@ -79,7 +80,7 @@ class Claims:
             )
             return Verdict.DROP
         takeable = (owner,) if owner is not None else ()
-        row = await store.claim(self.engine, prediction_id, self.consumer, takeable)
+        row = await store.claim(self.writes, prediction_id, self.consumer, takeable)
         return Claimed(row) if row is not None else Verdict.LATER
 
     async def _ensure_done(self, row: RowMapping | None) -> None:

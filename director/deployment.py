@@ -13,7 +13,10 @@ from tracker.tables import Deployment, Version
 
 
 @dataclass(frozen=True, slots=True)
-class DeploymentInfo:
+class ServedDeployment:
+    """The deployment a director serves: its streams and the limits of its runs (the api's
+    view of a deployment is ``tracker.catalog.DeploymentInfo``)."""
+
     name: str
     version_id: str
     shards: int
@@ -66,7 +69,7 @@ class DeploymentInfo:
 
 async def load_deployment(
     engine: AsyncEngine, name: str, queue: Queue | None = None, old_shards: int | None = None
-) -> DeploymentInfo:
+) -> ServedDeployment:
     """The deployment's settings; with ``queue``, also its untagged streams holding entries."""
     owner, _, short = name.partition("/")
     query = (
@@ -85,7 +88,7 @@ async def load_deployment(
         row = (await conn.execute(query)).one_or_none()
     if row is None:
         raise LookupError(f"deployment {name} does not exist")
-    info = DeploymentInfo(name, *row)
+    info = ServedDeployment(name, *row)
     if queue is None:
         return info
     return replace(info, legacy=tuple(await info.legacy_backlog(queue, old_shards)))

@@ -24,11 +24,10 @@ from collections.abc import Awaitable, Callable
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.attempts import Attempt, Attempts
 from director.claims import Claims
-from director.deployment import DeploymentInfo
+from director.deployment import ServedDeployment
 from director.handling import AttemptHandler
 from director.intake import Intake
 from director.leases import Heartbeats, Takeover
@@ -41,6 +40,7 @@ from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
 from runners.protocol import HealthStatus
 from tracker import keys
+from tracker.batch_writes import StateWrites
 from tracker.retry import TRANSIENT, backoff_delay
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,8 @@ class Director:
     def __init__(
         self,
         settings: DirectorSettings,
-        deployment: DeploymentInfo,
-        engine: AsyncEngine,
+        deployment: ServedDeployment,
+        writes: StateWrites,
         redis: Redis,
         runner: RunnerClient,
         attempts: Attempts,
@@ -62,11 +62,12 @@ class Director:
         outbound: Outbound,
         webhook_url: Callable[[str, int], str],
     ) -> None:
-        """``webhook_url(prediction id, attempt)``: where the runner sends that attempt's
-        snapshots (the receiver, which shares ``attempts``)."""
+        """``writes``: the process's grouped state writes. ``webhook_url(prediction id,
+        attempt)``: where the runner sends that attempt's snapshots (the receiver, which shares
+        ``attempts``)."""
         self.settings = settings
         self.deployment = deployment
-        self.engine = engine
+        engine = self.engine = writes.engine
         self.redis = redis
         self.consumer = consumer
         self.attempts = attempts
@@ -96,15 +97,21 @@ class Director:
             block_ms=settings.block_ms,
         )
         idle_ms = int(settings.visibility_timeout * 1000)
-        self.takeover = Takeover(reclaimer, self.intake, attempts.free, idle_ms)
+        self.takeover = Takeover(
+            reclaimer,
+            self.intake,
+            attempts.free,
+            idle_ms,
+            legacy=lambda: deployment.legacy_backlog(self.queue, settings.drain_shards),
+        )
         self.reconciler = Reconciler(
             settings, engine, self.queue, deployment.targets, lambda: self.intake.streams, consumer
         )
-        claims = Claims(engine, self.queue, consumer, outbound.events, outbound.policy.public_url)
+        claims = Claims(writes, self.queue, consumer, outbound.events, outbound.policy.public_url)
         self.handler = AttemptHandler(
             settings=settings,
             deployment=deployment,
-            engine=engine,
+            writes=writes,
             runner=runner,
             monitor=self.monitor,
             outbound=outbound,

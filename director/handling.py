@@ -12,13 +12,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director import metrics
 from director.attempts import Attempt
 from director.backoff import StartBackoff
 from director.claims import Claimed, Claims, Verdict, attach
-from director.deployment import DeploymentInfo
+from director.deployment import ServedDeployment
 from director.execution import Execution
 from director.outbound import Outbound
 from director.reclaim import Reclaimer
@@ -26,6 +25,7 @@ from director.runner_client import RunnerClient, SnapshotFeed
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
 from tracker import store
+from tracker.batch_writes import StateWrites
 from tracker.states import Lifecycle, Status
 from tracker.tracker import AttemptTracker, Publishing
 
@@ -42,8 +42,8 @@ class AttemptHandler:
         self,
         *,
         settings: DirectorSettings,
-        deployment: DeploymentInfo,
-        engine: AsyncEngine,
+        deployment: ServedDeployment,
+        writes: StateWrites,
         runner: RunnerClient,
         monitor: RunnerMonitor,
         outbound: Outbound,
@@ -54,7 +54,8 @@ class AttemptHandler:
     ) -> None:
         self.settings = settings
         self.deployment = deployment
-        self.engine = engine
+        self.writes = writes
+        self.engine = writes.engine
         self.runner = runner
         self.monitor = monitor
         self.outbound = outbound
@@ -111,7 +112,7 @@ class AttemptHandler:
         self, row: RowMapping, publishing: Publishing, lifecycle: Lifecycle | None = None
     ) -> AttemptTracker:
         return AttemptTracker(
-            self.engine,
+            self.writes,
             row,
             publishing,
             self.settings.flush_interval,

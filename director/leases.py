@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
@@ -144,19 +144,29 @@ class EntrySource(Protocol):
 
     def retire(self, stream: str) -> None: ...
 
+    async def adopt(self, streams: Sequence[str]) -> None: ...
+
     def offer(self, entries: Sequence[Entry]) -> None: ...
 
 
 class Takeover:
     def __init__(
-        self, reclaimer: Reclaimer, intake: EntrySource, free: Callable[[], int], idle_ms: int
+        self,
+        reclaimer: Reclaimer,
+        intake: EntrySource,
+        free: Callable[[], int],
+        idle_ms: int,
+        legacy: Callable[[], Awaitable[list[str]]],
     ) -> None:
+        """``legacy()``: the deployment's untagged streams that hold entries now."""
         self.reclaimer = reclaimer
         self.intake = intake
         self.free = free
         self.idle_ms = idle_ms
+        self.legacy = legacy
 
     async def claim(self) -> None:
+        await self.intake.adopt(await self.legacy())
         for stream in self.intake.streams:
             free = self.free()
             if free <= 0:
@@ -166,7 +176,7 @@ class Takeover:
                 log.info("reclaimed %d entries from %s", len(claimed), stream)
                 metrics.RECLAIMED.inc(len(claimed))
                 self.intake.offer(claimed)
-        for stats in await self.reclaimer.stats(self.intake.streams):
+        for stats in await self.reclaimer.queue.stats(self.intake.streams):
             metrics.QUEUE_LENGTH.labels(stats.stream).set(stats.length)
             metrics.QUEUE_PENDING.labels(stats.stream).set(stats.pending)
             if self.intake.is_draining(stats.stream) and stats.length == stats.pending == 0:

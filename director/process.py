@@ -15,10 +15,12 @@ from director.attempts import Attempts
 from director.deployment import load_deployment
 from director.director import Director
 from director.outbound import Outbound
+from director.queue import Queue
 from director.queue import connect as connect_redis
 from director.receiver import Receiver
 from director.runner_client import RunnerClient
 from director.settings import DirectorSettings
+from tracker.batch_writes import StateWrites
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
@@ -61,12 +63,14 @@ async def serve(settings: DirectorSettings) -> None:
     )
     try:
         dispatcher.start()
-        deployment = await load_deployment(engine, settings.deployment)
+        deployment = await load_deployment(
+            engine, settings.deployment, Queue(redis), settings.drain_shards
+        )
         await receiver.start()
         director = Director(
             settings,
             deployment,
-            engine,
+            StateWrites(engine),
             redis,
             RunnerClient(settings.runner_url, session),
             attempts,

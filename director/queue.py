@@ -115,6 +115,13 @@ def version_stream(version_id: str, shard: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class StreamStats:
+    stream: str
+    length: int
+    pending: int
+
+
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One queue entry: where it is, which prediction it names, how often it was delivered."""
 
@@ -265,20 +272,24 @@ class Queue:
             offset += len(run)
         return entries, passed
 
-    async def with_entries(self, streams: Sequence[str]) -> list[str]:
-        """Those of ``streams`` that hold entries, or pending ones; missing ones do not."""
+    async def stats(self, streams: Sequence[str]) -> list[StreamStats]:
+        """Length and pending count of each of ``streams`` (0 for a missing one), in one
+        pipelined round trip."""
         async with self.redis.pipeline(transaction=False) as pipe:
             for stream in streams:
                 pipe.xlen(stream)
                 pipe.xpending(stream, GROUP)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-        found = []
+        stats = []
         for i, stream in enumerate(streams):
             length, pending = replies[2 * i], replies[2 * i + 1]
-            waiting = pending["pending"] if isinstance(pending, dict) else 0
-            if (isinstance(length, int) and length > 0) or waiting:
-                found.append(stream)
-        return found
+            count = pending["pending"] if isinstance(pending, dict) else 0
+            stats.append(StreamStats(stream, length if isinstance(length, int) else 0, count))
+        return stats
+
+    async def with_entries(self, streams: Sequence[str]) -> list[str]:
+        """Those of ``streams`` that hold entries, or pending ones; missing ones do not."""
+        return [s.stream for s in await self.stats(streams) if s.length or s.pending]
 
     async def delivery_counts(
         self, stream: str, consumer: str | None = None, ids: Sequence[str] = ()

@@ -120,13 +120,6 @@ class Retries:
         return [(stream, entry_id, pid) for _, (stream, entry_id), pid in ready]
 
 
-@dataclass(frozen=True, slots=True)
-class StreamStats:
-    stream: str
-    length: int
-    pending: int
-
-
 class Reclaimer:
     def __init__(self, queue: Queue, consumer: str) -> None:
         self.queue = queue
@@ -207,16 +200,3 @@ class Reclaimer:
                 if await self._forget(keys=[stream], args=[GROUP, name, idle_ms]):
                     removed.append(name)
         return removed
-
-    async def stats(self, streams: Sequence[str]) -> list[StreamStats]:
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for stream in streams:
-                pipe.xlen(stream)
-                pipe.xpending(stream, GROUP)
-            replies: list[Any] = await pipe.execute(raise_on_error=False)
-        stats = []
-        for i, stream in enumerate(streams):
-            length, pending = replies[2 * i], replies[2 * i + 1]
-            count = pending["pending"] if isinstance(pending, dict) else 0
-            stats.append(StreamStats(stream, length if isinstance(length, int) else 0, count))
-        return stats

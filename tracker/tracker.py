@@ -18,10 +18,9 @@ from typing import Any
 
 import orjson
 from sqlalchemy.engine import RowMapping
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker import store
-from tracker.batch_writes import ran
+from tracker.batch_writes import StateWrites, ran
 from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType, output_text
 from tracker.fence import Fence, Unfenced
@@ -49,15 +48,17 @@ class Publishing:
 class AttemptTracker:
     def __init__(
         self,
-        engine: AsyncEngine,
+        writes: StateWrites,
         row: Mapping[Any, Any],
         publishing: Publishing,
         flush_interval: float = 0.5,
         hardware: str = UNKNOWN_HARDWARE,
         lifecycle: Lifecycle | None = None,
     ) -> None:
-        """``lifecycle`` defaults to the status the claim read (``Lifecycle.claimed``)."""
-        self.engine = engine
+        """``writes``: the process's grouped state writes (concurrent attempts share their
+        statements). ``lifecycle`` defaults to the status the claim read."""
+        self.writes = writes
+        self.engine = writes.engine
         self.prediction_id: str = row["id"]
         self.attempt: int = row["attempt"]
         self.state = dict(row)
@@ -112,7 +113,7 @@ class AttemptTracker:
             return True
         row = await persistently(
             f"recording start of {self.prediction_id}",
-            lambda: store.mark_processing(self.engine, self.prediction_id, self.attempt),
+            lambda: store.mark_processing(self.writes, self.prediction_id, self.attempt),
         )
         if row is None:
             return False
@@ -216,7 +217,7 @@ class AttemptTracker:
         row = await persistently(
             f"recording the end of {self.prediction_id}",
             lambda: store.finish(
-                self.engine,
+                self.writes,
                 self.prediction_id,
                 self.attempt,
                 status,

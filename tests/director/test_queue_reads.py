@@ -9,7 +9,7 @@ import uuid
 
 from redis.asyncio import Redis
 
-from director.deployment import DeploymentInfo
+from director.deployment import ServedDeployment
 from director.queue import GROUP, Queue, Target
 
 
@@ -125,14 +125,14 @@ async def test_entries_in_untagged_streams_are_read_and_acked(redis_url: str) ->
     client: Redis = Redis.from_url(redis_url)
     name = f"test/legacy-{uuid.uuid4().hex[:8]}"
     version_id = uuid.uuid4().hex * 2
-    deployment = DeploymentInfo(name, version_id, 2, 2, 60.0)
+    deployment = ServedDeployment(name, version_id, 2, 2, 60.0)
     old = Target("dp", name, 2).legacy_streams()
     queue = Queue(client)
     try:
         await client.xadd(old[1], {"id": "before-upgrade"})  # no group yet: no director ran
         found = await deployment.legacy_backlog(queue)
         assert found == [old[1]]
-        upgraded = DeploymentInfo(name, version_id, 2, 2, 60.0, legacy=tuple(found))
+        upgraded = ServedDeployment(name, version_id, 2, 2, 60.0, legacy=tuple(found))
         draining = upgraded.draining(None, [""])
         assert draining == [old[1]]
         streams = upgraded.streams() + draining

@@ -23,6 +23,7 @@ from director.runner_monitor import RunnerMonitor
 from tests.fixtures.predictions import inserted_prediction
 from tests.fixtures.waiting import apace
 from tracker import store
+from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
 from tracker.tracker import AttemptTracker, Publishing
 
@@ -80,7 +81,8 @@ async def _claimed(engine: AsyncEngine, pid: str | None = None) -> RowMapping:
 
 
 def _tracker(engine: AsyncEngine, row: RowMapping, events: EventLog) -> AttemptTracker:
-    return AttemptTracker(engine, row, Publishing(events, "http://conduit.test"), INTERVAL)
+    writes = StateWrites(engine)
+    return AttemptTracker(writes, row, Publishing(events, "http://conduit.test"), INTERVAL)
 
 
 def _persisted(engine: AsyncEngine, pid: str, output: list[str]) -> Callable[[], Any]:
