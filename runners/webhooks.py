@@ -21,6 +21,7 @@ import orjson
 import yarl
 
 from runners import COG_VERSION
+from runners.backoff import backoff_delay
 from runners.config import RunnerConfig
 from runners.protocol import WebhookEvent
 
@@ -192,6 +193,7 @@ class WebhookSender:
                     return
                 log.warning("terminal webhook to %s answered %d", self.url, status)
             if attempt < self._config.webhook_max_retries:
-                await asyncio.sleep(self._config.webhook_backoff_base * 2 ** min(attempt + 1, 10))
+                base = self._config.webhook_backoff_base
+                await asyncio.sleep(backoff_delay(attempt + 1, initial=base, cap=base * 1024))
         attempts = self._config.webhook_max_retries + 1
         log.error("terminal webhook to %s gave up after %d attempts", self.url, attempts)

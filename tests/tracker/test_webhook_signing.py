@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tracker import retry as retry_module
+from runners import backoff as backoff_module
 from tracker.ids import new_webhook_secret
 from tracker.ssrf import parse_cidrs
 from tracker.webhooks import USER_AGENT, WebhookPolicy, open_session, post, sign
@@ -80,7 +80,7 @@ def test_retries_span_at_least_a_day_whatever_the_jitter(
     """A receiver down for a whole day still gets its ``completed`` webhook: even with every
     jitter draw at its extreme the retries cover 24 hours."""
     pick = (lambda low, high: low) if draw == "low" else (lambda low, high: high)
-    monkeypatch.setattr(retry_module.random, "uniform", pick)
+    monkeypatch.setattr(backoff_module.random, "uniform", pick)
     policy = WebhookPolicy()
     delays = [policy.retry_delay(n) for n in range(1, len(policy.schedule) + 2)]
     assert delays[-1] is None  # out of tries after the schedule
