@@ -54,6 +54,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             yield
         finally:
             await app.state.resources.new_predictions.close()
+            await app.state.resources.queue.close()
             await dispatcher.stop()
             await webhook_session.close()
             await redis.aclose()

@@ -141,6 +141,7 @@ class Director:
             await self._read_loop()
         finally:
             await self._drain()
+            await self.queue.close()  # acks under way finish before the connections close
             for task in helpers:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

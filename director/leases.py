@@ -26,9 +26,10 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director import metrics
-from director.queue import Entry, alive_key
+from director.queue import Entry
 from director.reclaim import Reclaimer
 from tracker import store
+from tracker.keys import alive_key
 
 if TYPE_CHECKING:
     from director.attempts import Attempts

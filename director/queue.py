@@ -1,6 +1,6 @@
 """The prediction queue on Redis Streams: targets, shuffle sharding, enqueue, read and ack.
 
-Key names come from :mod:`tracker.keys` (re-exported here for older imports). The api imports
+Key names come from :mod:`tracker.keys`. The api imports
 this module (and only this one from ``director``) to enqueue; directors use it to read and
 acknowledge. Scripts take keys of one hash tag at a time: a batch is split per tag.
 
@@ -25,29 +25,6 @@ from redis.exceptions import ResponseError
 
 from tracker import keys
 from tracker.group_commit import Batcher
-from tracker.keys import (  # re-exported: older imports name them from here
-    CANCEL_CHANNEL,
-    EPOCH_KEY,
-    alive_key,
-    dead_letter_stream,
-    reconcile_lock_key,
-)
-
-__all__ = [
-    "CANCEL_CHANNEL",
-    "EPOCH_KEY",
-    "GROUP",
-    "Entry",
-    "Queue",
-    "Target",
-    "account_shards",
-    "alive_key",
-    "connect",
-    "dead_letter_stream",
-    "deployment_stream",
-    "reconcile_lock_key",
-    "version_stream",
-]
 
 GROUP = "directors"
 SHARDS_PER_ACCOUNT = 2
@@ -314,12 +291,12 @@ class Queue:
 
     async def is_alive(self, consumer: str) -> bool:
         """Whether the director named ``consumer`` has heartbeated recently."""
-        return bool(await self.redis.exists(alive_key(consumer)))
+        return bool(await self.redis.exists(keys.alive_key(consumer)))
 
     async def running_on(self, consumer: str) -> set[str] | None:
         """Predictions the director named ``consumer`` ran at its last heartbeat; None when it
         has not heartbeated recently."""
-        value = await self.redis.get(alive_key(consumer))
+        value = await self.redis.get(keys.alive_key(consumer))
         if value is None:
             return None
         try:
@@ -328,7 +305,7 @@ class Queue:
             return set()
 
     async def publish_cancel(self, prediction_id: str) -> None:
-        await self.redis.publish(CANCEL_CHANNEL, prediction_id)
+        await self.redis.publish(keys.CANCEL_CHANNEL, prediction_id)
 
     async def close(self) -> None:
         """Let acks and appends under way finish."""
