@@ -1,21 +1,28 @@
 """The public API: Replicate-compatible routes over Postgres and the Redis Streams queue.
 
-``create_app(settings)`` builds the app; the lifespan opens one engine, one Redis pool and the
-catalog cache on ``app.state`` and closes them at exit. The API never runs predictions: it
+``create_app(settings)`` builds the app; the lifespan opens one engine, one Redis pool, the
+event hub (one reader of event streams for all waiters) and the catalog cache on ``app.state``
+and closes them at exit. The API never runs predictions: it
 stores them, queues them and reports on them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from types import FrameType
 
 from fastapi import FastAPI
+from redis.asyncio import Redis
 
 from api import errors, openapi
 from api.cache import Catalog
 from api.deps import Resources
+from api.event_hub import EventHub
 from api.limits import BodySizeLimit
 from api.routes import health, models, predictions, streams, usage, webhooks
 from api.settings import ApiSettings
@@ -29,12 +36,58 @@ from tracker.store import insert_predictions
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
 
+#: Names of the api's Redis connections in ``CLIENT LIST``.
+CLIENT_NAME = "conduit-api"
+HUB_CLIENT_NAME = "conduit-api-events"
+
+
+@contextmanager
+def release_on_exit_signals(hub: EventHub) -> Iterator[None]:
+    """Answer every waiter as soon as SIGTERM or SIGINT arrives.
+
+    The server stops on those signals only after its open requests end, and runs the lifespan's
+    exit after that: a waiter released there would first have held the shutdown for its whole
+    wait. So the server's own handlers are chained, not replaced (they are restored at exit).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only (an app served from a test's thread)
+        return
+    loop = asyncio.get_running_loop()
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def handle(sig: int, frame: FrameType | None) -> None:
+        loop.call_soon_threadsafe(hub.release)
+        chained = previous[signal.Signals(sig)]
+        if callable(chained):
+            chained(sig, frame)
+        elif chained == signal.SIG_DFL and sig == signal.SIGINT:
+            raise KeyboardInterrupt
+
+    for sig in previous:
+        signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) is handle:
+                signal.signal(sig, handler)
+
 
 def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
-        redis = connect_redis(settings.redis_url)
+        redis = connect_redis(
+            settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
+        )
+        hub = EventHub(
+            Redis.from_url(
+                settings.redis_url, single_connection_client=True, client_name=HUB_CLIENT_NAME
+            ),
+            redis,
+            settings.max_waiters,
+            settings.events_block_ms,
+        )
         policy = WebhookSettings().policy(settings.public_url or "")
         webhook_session = open_session(policy)
         dispatcher = Dispatcher(engine, policy, webhook_session)
@@ -45,14 +98,18 @@ def create_app(settings: ApiSettings) -> FastAPI:
             queue=Queue(redis),
             catalog=Catalog(engine, settings.cache_ttl),
             events=EventLog(redis, settings.events_retention),
+            hub=hub,
             webhooks=policy,
             dispatcher=dispatcher,
             new_predictions=Batcher(functools.partial(insert_predictions, engine)),
         )
         dispatcher.start()
+        hub.start()
         try:
-            yield
+            with release_on_exit_signals(hub):
+                yield
         finally:
+            await hub.close()
             await app.state.resources.new_predictions.close()
             await app.state.resources.queue.close()
             await dispatcher.stop()

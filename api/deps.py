@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.cache import Catalog
 from api.errors import Unauthenticated
+from api.event_hub import EventHub
 from api.settings import ApiSettings
 from director.queue import Queue
 from tracker.catalog import AccountInfo
@@ -32,6 +33,8 @@ class Resources:
     queue: Queue
     catalog: Catalog
     events: EventLog
+    #: The process's one reader of event streams, for every ``Prefer: wait`` and SSE client.
+    hub: EventHub
     webhooks: WebhookPolicy
     dispatcher: Dispatcher
     #: Group commit of new predictions (:func:`tracker.store.insert_predictions`).

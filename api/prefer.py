@@ -1,7 +1,9 @@
 """``Prefer: wait[=N]``: hold a create request until the prediction is done or N seconds pass.
 
-The wait reads the prediction's event stream (no Postgres polling) and races the client's
-disconnect: a client that goes away ends the wait, never the prediction.
+The wait follows the prediction's event stream through the process's one reader
+(``api.event_hub``: no Redis connection per waiter, no Postgres polling) and races the client's
+disconnect: a client that goes away ends the wait, never the prediction. A process holding its
+most waiters, or shutting down, answers at once instead.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from api.errors import InvalidRequest
-from tracker.events import EventLog, EventType
+from api.event_hub import EventHub, Subscription
+from tracker.events import EventType
 
 MAX_WAIT = 60
 
@@ -43,6 +46,8 @@ class WaitEnd(enum.Enum):
     DONE = "done"  # the prediction finished
     TIMED_OUT = "timed out"  # the wait ran out first
     CLIENT_LEFT = "client left"  # the client disconnected first
+    RELEASED = "released"  # the process began shutting down
+    DECLINED = "declined"  # the process already holds its most waiters: no wait at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,18 +59,16 @@ class Waited:
     prediction: str | None = None
 
 
-async def wait_for_done(events: EventLog, prediction_id: str, seconds: float) -> Waited | None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + seconds
-    after = "0"
-    while True:
-        remaining_ms = int((deadline - loop.time()) * 1000)
-        if remaining_ms <= 0:  # BLOCK 0 would mean "forever"
-            return None
-        for event in await events.read(prediction_id, after, block_ms=remaining_ms):
-            after = event.id
-            if event.type is EventType.DONE:
-                return Waited(WaitEnd.DONE, event.prediction)
+async def wait_for_done(subscription: Subscription, seconds: float) -> Waited:
+    """Events from the process's hub (``api.event_hub``) until ``done`` or ``seconds`` pass."""
+    try:
+        async with asyncio.timeout(seconds):
+            async for event in subscription:
+                if event.type is EventType.DONE:
+                    return Waited(WaitEnd.DONE, event.prediction)
+    except TimeoutError:
+        return Waited(WaitEnd.TIMED_OUT)
+    return Waited(WaitEnd.RELEASED)
 
 
 async def _disconnected(request: Request) -> None:
@@ -74,18 +77,22 @@ async def _disconnected(request: Request) -> None:
 
 
 async def wait_or_disconnect(
-    request: Request, events: EventLog, prediction_id: str, seconds: float
+    request: Request, hub: EventHub, prediction_id: str, seconds: float
 ) -> Waited:
-    waiter = asyncio.ensure_future(wait_for_done(events, prediction_id, seconds))
+    subscription = hub.subscribe(prediction_id)
+    if subscription is None:
+        return Waited(WaitEnd.RELEASED if hub.released else WaitEnd.DECLINED)
+    waiter = asyncio.ensure_future(wait_for_done(subscription, seconds))
     watcher = asyncio.ensure_future(_disconnected(request))
     try:
         await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
+        subscription.close()
         for task in (waiter, watcher):
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
     if waiter.done() and not waiter.cancelled():
-        return waiter.result() or Waited(WaitEnd.TIMED_OUT)
+        return waiter.result()
     return Waited(WaitEnd.CLIENT_LEFT)

@@ -31,6 +31,15 @@ class ApiSettings(BaseSettings):
     cache_ttl: float = 5.0
     page_size: int = Field(100, ge=1, le=1000)
     db_pool_size: int = 10
+    #: Redis connections for commands, per process; a command waits for a free one. Waiters
+    #: (``Prefer: wait``, SSE) hold none: one more connection reads events for all of them.
+    redis_pool_size: int = Field(32, ge=1)
+    #: Most ``Prefer: wait`` and SSE waiters per process; past it ``Prefer: wait`` answers at
+    #: once with the prediction ``starting`` (never an error).
+    max_waiters: int = Field(10_000, ge=0)
+    #: Longest block, in milliseconds, of the process's one event read: bounds how late a
+    #: waiter that joins during a read is served when its wake-up misses that read.
+    events_block_ms: int = Field(250, ge=10)
     #: On ``Prefer: wait`` responses of finished predictions, also report the runner's time
     #: (``X-Remote-Processing-Time``, and per run ``X-Remote-Processing-Times``).
     remote_time_forwarding: bool = Field(
@@ -39,3 +48,6 @@ class ApiSettings(BaseSettings):
             "CONDUIT_REMOTE_TIME_FORWARDING", "CONDUIT_API_REMOTE_TIME_FORWARDING"
         ),
     )
+    #: Deepest nesting accepted in a prediction's ``input`` (the object itself is level 1);
+    #: deeper inputs get 422.
+    max_input_depth: int = Field(64, ge=1, le=200)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import orjson
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ResponseError
@@ -158,16 +158,27 @@ class Target:
         return parsed is not None and (parsed.kind, parsed.key) == (self.kind, self.key)
 
 
-def connect(url: str) -> Redis:
+def connect(url: str, max_connections: int | None = None, client_name: str | None = None) -> Redis:
     """One Redis client (and pool) per process.
 
     Retries a command a few times on a broken connection: after a Redis restart every pooled
     connection is dead, and without this each would fail one request before reconnecting.
+    With ``max_connections`` the pool is bounded and a command waits for a free connection
+    rather than failing; ``client_name`` names its connections in ``CLIENT LIST``.
     """
+    retry = Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3)
+    if max_connections is not None:
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=max_connections,
+            timeout=None,
+            client_name=client_name,
+            health_check_interval=30,
+            retry=retry,
+        )
+        return Redis.from_pool(pool)
     client: Redis = Redis.from_url(
-        url,
-        health_check_interval=30,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3),
+        url, health_check_interval=30, retry=retry, client_name=client_name
     )
     return client
 

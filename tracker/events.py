@@ -123,19 +123,22 @@ class EventLog:
         reply: Any = await self.redis.xread(
             {events_key(prediction_id): after}, count=count, block=block_ms
         )
-        events: list[Event] = []
-        for _key, entries in reply or []:
-            for entry_id, fields in entries:
-                final = fields.get(b"prediction")
-                events.append(
-                    Event(
-                        _text(entry_id),
-                        EventType(_text(fields[b"type"])),
-                        _text(fields[b"data"]),
-                        _text(final) if final is not None else None,
-                    )
-                )
-        return events
+        return [
+            self.parse(entry_id, fields)
+            for _, entries in reply or []
+            for entry_id, fields in entries
+        ]
+
+    @staticmethod
+    def parse(entry_id: bytes | str, fields: dict[bytes, bytes]) -> Event:
+        """One stream entry as an event (for readers of many streams at once)."""
+        final = fields.get(b"prediction")
+        return Event(
+            _text(entry_id),
+            EventType(_text(fields[b"type"])),
+            _text(fields[b"data"]),
+            _text(final) if final is not None else None,
+        )
 
     async def is_done(self, prediction_id: str) -> bool:
         """Whether the stream ends with ``done`` (nothing may follow it)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -23,6 +24,7 @@ from api.timing import timing_headers
 from tracker.render import prediction_urls, render_prediction
 from tracker.states import Status
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 
 
@@ -60,16 +62,31 @@ async def _created(
     row, replayed = await serving.create(
         resources, account, destination, body, cancel_after, idempotency, priority
     )
+    # Stored from here on: whatever fails now, the client gets 201 with the prediction, so it
+    # never retries to learn that it exists (and never runs it twice).
     base = resources.base_url(request)
     headers: dict[str, str] = {"Idempotent-Replayed": "true"} if replayed else {}
-    if wait is None:
-        return _respond(render_prediction(row, base), headers)
-    seconds, applied = wait
-    headers["Preference-Applied"] = applied
-    prediction = await _waited(request, resources, account, row, base, seconds)
-    forward = resources.settings.remote_time_forwarding
-    headers.update(timing_headers(prediction, time.perf_counter() - began, forward))
-    return _respond(prediction, headers)
+    try:
+        if wait is None:
+            return _respond(render_prediction(row, base), headers)
+        seconds, applied = wait
+        prediction, waited = await _waited(request, resources, account, row, base, seconds)
+        if waited:
+            headers["Preference-Applied"] = applied
+        forward = resources.settings.remote_time_forwarding
+        headers.update(timing_headers(prediction, time.perf_counter() - began, forward))
+        return _respond(prediction, headers)
+    except Exception:
+        log.exception("prediction %s stored; answering it as stored", row["id"])
+        return _respond(_as_stored(row, base), headers)
+
+
+def _as_stored(row: Mapping[Any, Any], base: str) -> dict[str, Any]:
+    try:
+        return render_prediction(row, base)
+    except Exception:
+        log.exception("prediction %s could not be rendered", row["id"])
+        return {"id": row["id"], "status": row["status"], "urls": prediction_urls(base, row["id"])}
 
 
 async def _waited(
@@ -79,24 +96,34 @@ async def _waited(
     row: Mapping[Any, Any],
     base: str,
     seconds: int,
-) -> dict[str, Any]:
-    """The prediction as a ``Prefer: wait`` create answers it, after waiting up to ``seconds``."""
+) -> tuple[dict[str, Any], bool]:
+    """The prediction as a ``Prefer: wait`` create answers it, after waiting up to ``seconds``,
+    and whether it waited (not when the process held its most waiters already)."""
     # A replay waits like the first request did, unless its prediction already finished.
     if Status(row["status"]).is_terminal:
-        return render_prediction(row, base)
-    waited = await wait_or_disconnect(request, resources.events, row["id"], seconds)
+        return render_prediction(row, base), True
+    waited = await wait_or_disconnect(request, resources.hub, row["id"], seconds)
     if waited.prediction is not None:
         finished: dict[str, Any] = orjson.loads(waited.prediction)  # as written: no re-read
         finished["urls"] = prediction_urls(base, finished["id"])
-        return finished
+        return finished, True
     if waited.end is WaitEnd.CLIENT_LEFT:
-        return render_prediction(row, base)  # nobody reads it
-    row = await serving.get(resources, account, row["id"])
-    if waited.end is WaitEnd.TIMED_OUT:
-        # Replicate's rule, which the official clients rely on: a wait that ends before
-        # the prediction does answers "starting"; anything else reads as final.
-        row = {**row, "status": Status.STARTING.value}
-    return render_prediction(row, base)
+        return render_prediction(row, base), True  # nobody reads it
+    if waited.end is WaitEnd.DECLINED:
+        return _starting(row, base), False
+    try:
+        row = await serving.get(resources, account, row["id"])
+    except Exception:
+        log.exception("prediction %s: re-read after the wait failed", row["id"])
+    # Replicate's rule, which the official clients rely on: a wait that ends before the
+    # prediction does answers "starting"; anything else reads as final.
+    return _starting(row, base), True
+
+
+def _starting(row: Mapping[Any, Any], base: str) -> dict[str, Any]:
+    if Status(row["status"]).is_terminal:
+        return render_prediction(row, base)
+    return render_prediction({**row, "status": Status.STARTING.value}, base)
 
 
 def _respond(prediction: dict[str, Any], headers: dict[str, str]) -> FastJSONResponse:

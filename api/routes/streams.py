@@ -25,10 +25,11 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import serving
 from api.deps import AccountDep, ResourcesDep
-from api.errors import InvalidRequest
+from api.errors import InvalidRequest, Unavailable
+from api.event_hub import Subscription
 from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
 from tracker import keys
-from tracker.events import EventLog, EventType, done_data, output_text
+from tracker.events import EventType, done_data, output_text
 from tracker.states import Status
 
 router = APIRouter(prefix="/v1")
@@ -87,16 +88,17 @@ def replay_from_row(row: Mapping[Any, Any], after: str = "0") -> Iterator[Server
             yield ServerSentEvent(data, event=kind, id=f"0-{i}")
 
 
-async def follow(
-    events: EventLog, prediction_id: str, after: str
-) -> AsyncIterator[ServerSentEvent]:
-    while True:
-        for event in await events.read(prediction_id, after, block_ms=5000):
-            after = event.id
+async def follow(subscription: Subscription) -> AsyncIterator[ServerSentEvent]:
+    """The subscription's events until ``done``; it ends early, with no ``done``, when the
+    process shuts down (the client resumes elsewhere with ``Last-Event-ID``)."""
+    try:
+        async for event in subscription:
             if event.type in PUBLIC_EVENTS:
                 yield ServerSentEvent(event.data, event=event.type.value, id=event.id)
             if event.type is EventType.DONE:
                 return
+    finally:
+        subscription.close()
 
 
 @router.get(
@@ -121,7 +123,10 @@ async def stream_prediction(
         content = replay_from_row(row, after)
     else:
         await _refuse_unsent(resources.redis, prediction_id, after)
-        content = follow(resources.events, prediction_id, after)
+        subscription = resources.hub.subscribe(prediction_id, after)
+        if subscription is None:
+            raise Unavailable("This server holds its most waiting clients; retry shortly.")
+        content = follow(subscription)
     return EventSourceResponse(
         content, ping=resources.settings.sse_ping, headers={"Cache-Control": "no-store"}
     )
