@@ -162,6 +162,7 @@ class Director:
                 # client reloads it on the next call): as transient as the restart itself.
                 failures += 1
                 await self._back_off(failures, error)
+                continue
             except ResponseError as error:
                 if "NOGROUP" not in str(error):
                     raise
@@ -170,6 +171,7 @@ class Director:
             except INFRASTRUCTURE_ERRORS as error:
                 failures += 1
                 await self._back_off(failures, error)
+                continue
             while (attempt := self.attempts.next_to_run()) is not None:
                 self._spawn(attempt)
 

@@ -30,6 +30,7 @@ from director.queue import Entry
 from director.reclaim import Reclaimer
 from tracker import store
 from tracker.keys import alive_key
+from tracker.retry import TRANSIENT
 
 if TYPE_CHECKING:
     from director.attempts import Attempts
@@ -60,8 +61,14 @@ class Lease:
         log.warning("attempt %s of %s no longer owns it (%s): stopping", self.attempt, pid, why)
 
     async def held(self) -> bool:
+        """Renews a stale hold first. With Redis or Postgres away it cannot be renewed; the
+        answer is then what is known (publishing fails by itself without Redis, and every
+        state write stays fenced in Postgres): an outage never fails the run."""
         if not self._lost and self.keeper is not None:
-            await self.keeper.renew_if_stale()
+            try:
+                await self.keeper.renew_if_stale()
+            except TRANSIENT as error:
+                log.debug("lease of %s not renewed: %r", self.prediction_id, error)
         return not self._lost
 
 
