@@ -14,6 +14,7 @@ from sqlalchemy.engine import RowMapping
 from api.deps import Resources
 from api.errors import InvalidInput, NotFound, Unavailable
 from api.idempotency import Idempotency
+from api.json_input import canonical_input, text_problem
 from api.pagination import decode_cursor, encode_cursor
 from api.protocol import PredictionCreate
 from api.validation import check_input
@@ -49,6 +50,7 @@ async def resolve_version_field(resources: Resources, version: str | None) -> De
     """``version`` on ``POST /v1/predictions``: a 64-hex id, ``owner/name:id`` or ``owner/name``."""
     if not version:
         raise InvalidInput("version is required", errors=[_err("version", "Field required")])
+    _check_text("version", version)
     qualified = QUALIFIED_VERSION.match(version)
     if qualified:
         return await _version_destination(
@@ -125,11 +127,14 @@ async def create(
     Returns the row and whether it is a replay: with ``idempotency``, a key already used for
     the same request gives back that prediction, and nothing is stored or queued.
     """
+    # Canonical first: the schema's messages quote the values, which must be sendable.
+    input_json = canonical_input(body.input, resources.settings.max_input_depth)
     check_input(destination.validator, body.input)
     webhook, events = body.webhook, body.webhook_events_filter
     if webhook is None and body.webhook_completed:
         webhook, events = body.webhook_completed, ["completed"]
     if webhook is not None:
+        _check_text("webhook" if body.webhook is not None else "webhook_completed", webhook)
         try:
             check_webhook_url(webhook, resources.webhooks.allow)
         except BlockedAddress as error:
@@ -143,6 +148,7 @@ async def create(
         deployment_id=destination.deployment_id,
         deployment=destination.deployment,
         input=body.input,
+        input_json=input_json,
         webhook=webhook,
         webhook_events_filter=list(events) if events is not None else None,
         target=target.name,
@@ -239,3 +245,10 @@ async def list_page(
 
 def _err(field: str, message: str) -> dict[str, str]:
     return {"field": field, "message": message}
+
+
+def _check_text(field: str, value: str) -> None:
+    """Refuse a text field Postgres cannot store or a response cannot carry."""
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidInput(f"{field}: {problem}", errors=[_err(field, problem)])

@@ -7,12 +7,12 @@ won from the returned row.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
 import orjson
+from psycopg.types.json import set_json_loads
 from sqlalchemy import (
     Float,
     Table,
@@ -41,6 +41,12 @@ usage_records = cast(Table, UsageRecord.__table__)
 idempotency_keys = cast(Table, IdempotencyKey.__table__)
 _UNFINISHED = (Status.STARTING.value, Status.PROCESSING.value)
 
+# jsonb keeps numbers as decimals and prints a float such as 1e20 as the integer
+# 100000000000000000000, which no encoder of Conduit can send on (orjson stops at 64 bits;
+# inputs are refused past it). orjson's parser reads integers beyond 64 bits as floats: what
+# was stored as a float reads back as one. Set for the process before its engine connects.
+set_json_loads(orjson.loads)
+
 
 @dataclass(frozen=True, slots=True)
 class NewPrediction:
@@ -57,10 +63,13 @@ class NewPrediction:
     deadline: datetime | None = None
     source: str = "api"
     priority: str | None = None
+    #: ``input`` as canonical JSON (``api.json_input``): stored as these bytes when given.
+    input_json: bytes | None = None
 
 
 async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMapping:
-    result = await conn.execute(insert(predictions).values(_values(new)).returning(predictions))
+    """One new prediction, in the caller's transaction; stored as ``insert_predictions`` does."""
+    result = await conn.execute(_INSERT_MANY, {"batch": _json_rows([_values(new)])})
     row: RowMapping = result.mappings().one()
     return row
 
@@ -93,10 +102,9 @@ async def insert_predictions(engine: AsyncEngine, news: list[NewPrediction]) -> 
 
 
 def _json_rows(rows: list[dict[str, Any]]) -> str:
-    try:
-        return orjson.dumps(rows).decode()
-    except orjson.JSONEncodeError:  # an integer beyond 64 bits in an input, say
-        return json.dumps(rows, default=lambda value: value.isoformat())
+    """The batch parameter. An input orjson cannot encode (an integer beyond 64 bits, say)
+    raises here, before anything is stored: what is stored must be sendable."""
+    return orjson.dumps(rows).decode()
 
 
 def _values(new: NewPrediction) -> dict[str, Any]:
@@ -107,7 +115,7 @@ def _values(new: NewPrediction) -> dict[str, Any]:
         "version_id": new.version_id,
         "deployment_id": new.deployment_id,
         "deployment": new.deployment,
-        "input": new.input,
+        "input": orjson.Fragment(new.input_json) if new.input_json is not None else new.input,
         "webhook": new.webhook,
         "webhook_events_filter": new.webhook_events_filter,
         "target": new.target,

@@ -7,6 +7,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -200,10 +201,11 @@ async def test_a_bad_item_fails_only_its_own_caller() -> None:
 
 
 async def test_inserted_rows_keep_every_field(engine: AsyncEngine) -> None:
-    """Rows go in as one JSON document: inputs beyond JSON's usual integers, arrays and
-    timestamps come back as given, in the order given."""
+    """Rows go in as one JSON document: 64-bit integers, floats jsonb prints as integers,
+    arrays and timestamps come back as given, in the order given."""
     deadline = datetime.now(UTC) + timedelta(minutes=5)
-    news = await new_predictions(engine, [{"seed": 2**70, "text": "é\\n"}, {"n": 1.5}], "insert")
+    first_input = {"seed": 2**64 - 1, "low": -(2**63), "float": 1e20, "text": "é\\n"}
+    news = await new_predictions(engine, [first_input, {"n": 1.5}], "insert")
     news[0] = replace(
         news[0],
         webhook="https://example.com/hook",
@@ -214,9 +216,18 @@ async def test_inserted_rows_keep_every_field(engine: AsyncEngine) -> None:
     rows = await store.insert_predictions(engine, news)
     assert [row["id"] for row in rows] == [new.id for new in news]
     first, second = rows
-    assert first["input"] == {"seed": 2**70, "text": "é\\n"}
+    assert first["input"] == first_input
+    assert isinstance(first["input"]["float"], float)
     assert first["webhook_events_filter"] == ["start", "completed"]
     assert first["deadline"] == deadline and first["priority"] == "high"
     assert first["status"] == "starting" and first["attempt"] == 0
     assert second["input"] == {"n": 1.5} and second["deadline"] is None
     assert second["webhook"] is None and second["webhook_events_filter"] is None
+
+
+async def test_an_input_that_cannot_be_sent_is_not_stored(engine: AsyncEngine) -> None:
+    """An integer beyond 64 bits could be stored but never sent on: refused before the insert."""
+    (new,) = await new_predictions(engine, [{"seed": 2**70}], "unsendable")
+    with pytest.raises(TypeError):
+        await store.insert_predictions(engine, [new])
+    assert await store.get(engine, new.id) is None

@@ -1,0 +1,110 @@
+"""Inputs Conduit cannot store, serialise or send are refused before anything is stored: 422
+naming the field. What is stored reads back and runs, and the account's reads stay 200."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.conftest import ECHO
+from tests.fixtures.api import assert_problem, create, wait_status
+
+PATH = f"/v1/deployments/{ECHO}/predictions"
+JSON = {"Content-Type": "application/json"}
+
+
+def _count(client: httpx.Client) -> int:
+    response = client.get("/v1/predictions")
+    assert response.status_code == 200, response.text
+    return len(response.json()["results"])
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        (b'{"input": {"prompt": "x", "extra": 18446744073709551616}}', "input.extra"),
+        (b'{"input": {"prompt": "x", "extra": -9223372036854775809}}', "input.extra"),
+        (b'{"input": {"prompt": "x", "extra": [1, NaN]}}', "input.extra.1"),
+        (b'{"input": {"prompt": "x", "extra": Infinity}}', "input.extra"),
+        (b'{"input": {"prompt": "x", "extra": -Infinity}}', "input.extra"),
+        (b'{"input": {"prompt": "x", "extra": 1e999}}', "input.extra"),
+        (b'{"input": {"prompt": "x\\ud800y"}}', "input.prompt"),
+        (b'{"input": {"prompt": "x", "\\udfff": 1}}', "input.'\\udfff'"),
+        (b'{"input": {"prompt": "x", "extra": {"a": ["\\ud83d"]}}}', "input.extra.a.0"),
+        (b'{"input": {"prompt": "x"}, "webhook": "http://\\ud800/"}', "webhook"),
+        (b'{"input": {"prompt": "x"}, "version": "a/\\ud800"}', "version"),
+    ],
+)
+def test_unsendable_values_are_422_naming_the_field(
+    client: httpx.Client, body: bytes, field: str
+) -> None:
+    path = PATH if b'"version"' not in body else "/v1/predictions"
+    response = client.post(path, content=body, headers=JSON)
+    problem = assert_problem(response, 422)
+    assert problem["errors"][0]["field"] == field, problem
+    assert _count(client) == 0
+
+
+def test_nul_anywhere_in_the_input_is_422(client: httpx.Client) -> None:
+    for body in (
+        {"input": {"prompt": "x\u0000y"}},
+        {"input": {"prompt": "x", "extra": {"k\u0000": 1}}},
+        {"input": {"prompt": "x", "extra": [["\u0000"]]}},
+    ):
+        assert_problem(client.post(PATH, json=body), 422)
+    assert _count(client) == 0
+
+
+def test_nesting_past_the_limit_is_422(client: httpx.Client) -> None:
+    deep: object = "leaf"
+    for _ in range(64):  # input (level 1) + 64 levels below it
+        deep = [deep]
+    problem = assert_problem(client.post(PATH, json={"input": {"extra": deep}}), 422)
+    assert problem["errors"][0]["field"].startswith("input.extra")
+    assert "nested deeper than 64" in problem["errors"][0]["message"]
+
+    far_too_deep = b'{"input": {"extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    response = client.post(PATH, content=far_too_deep, headers=JSON)
+    assert 400 <= response.status_code < 500, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert _count(client) == 0
+
+    fits = "leaf"
+    for _ in range(62):
+        fits = [fits]  # type: ignore[assignment]
+    prediction = create(client, PATH, input={"extra": fits})
+    done = wait_status(client, prediction["id"])
+    assert done["status"] == "succeeded", done
+    assert done["input"]["extra"] == fits
+
+
+def test_edge_numbers_are_stored_and_read_back_as_sent(client: httpx.Client) -> None:
+    extra = {
+        "big": 18446744073709551615,
+        "small": -9223372036854775808,
+        "float": 1e20,
+        "huge": 1.7976931348623157e308,
+        "tiny": 5e-324,
+        "half": 1.5,
+    }
+    prediction = create(client, PATH, input={"prompt": "x", "extra": extra})
+    assert prediction["input"]["extra"] == extra
+    done = wait_status(client, prediction["id"])
+    assert done["status"] == "succeeded", done
+    assert done["input"]["extra"] == extra
+    listed = client.get("/v1/predictions")
+    assert listed.status_code == 200, listed.text
+    assert listed.json()["results"][0]["input"]["extra"] == extra
+
+
+def test_idempotent_create_refuses_the_same_way(client: httpx.Client) -> None:
+    body = b'{"input": {"prompt": "x", "extra": 18446744073709551616}}'
+    headers = {**JSON, "Idempotency-Key": "hostile-1"}
+    assert_problem(client.post(PATH, content=body, headers=headers), 422)
+    assert _count(client) == 0
+    ok = client.post(PATH, json={"input": {"extra": 1e20}}, headers={"Idempotency-Key": "k2"})
+    assert ok.status_code == 201, ok.text
+    assert ok.json()["input"]["extra"] == 1e20
+    again = client.post(PATH, json={"input": {"extra": 1e20}}, headers={"Idempotency-Key": "k2"})
+    assert again.status_code == 201 and again.json()["id"] == ok.json()["id"]
+    assert wait_status(client, ok.json()["id"])["status"] == "succeeded"
