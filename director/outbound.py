@@ -45,7 +45,7 @@ class Outbound:
             webhooks = IntermediateSender(
                 self.slots, row["webhook"], secret, row["webhook_events_filter"], fence
             )
-        return Publishing(self.events, self.policy.public_url, self.dispatcher, webhooks, fence)
+        return Publishing(self.events, self.policy.public_url, fence, self.dispatcher, webhooks)
 
     async def _secret(self, account_id: int) -> str:
         # Secrets never change for an account; one read per account per process.

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from tracker.fence import Fence, Unfenced
+from tracker.fence import Fence
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ class IntermediateSender:
         url: str,
         secret: str,
         events: Sequence[str] | None,
-        fence: Fence | None = None,
+        fence: Fence,
     ) -> None:
         self.slots = slots
         self.session = slots.session
@@ -72,7 +72,7 @@ class IntermediateSender:
         self._sending = False
         self._closed = False
         self._task: asyncio.Task[None] | None = None
-        self.fence: Fence = fence or Unfenced()
+        self.fence = fence
 
     def offer(self, event: str, body: Callable[[], str]) -> None:
         """Queue ``event``; ``body`` renders the prediction when the request is made."""

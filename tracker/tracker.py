@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -23,7 +23,7 @@ from tracker import store
 from tracker.batch_writes import StateWrites, ran
 from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType, output_text
-from tracker.fence import Fence, Unfenced
+from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender
 from tracker.render import render_prediction
 from tracker.retry import TRANSIENT, persistently
@@ -40,9 +40,9 @@ class Publishing:
 
     events: EventLog
     base_url: str
+    fence: Fence
     dispatcher: Dispatcher | None = None
     webhooks: IntermediateSender | None = None
-    fence: Fence = field(default_factory=Unfenced)
 
 
 class AttemptTracker:

@@ -25,6 +25,7 @@ from tests.fixtures.waiting import apace
 from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
+from tracker.fence import Unfenced
 from tracker.tracker import AttemptTracker, Publishing
 
 INTERVAL = 0.2
@@ -82,7 +83,9 @@ async def _claimed(engine: AsyncEngine, pid: str | None = None) -> RowMapping:
 
 def _tracker(engine: AsyncEngine, row: RowMapping, events: EventLog) -> AttemptTracker:
     writes = StateWrites(engine)
-    return AttemptTracker(writes, row, Publishing(events, "http://conduit.test"), INTERVAL)
+    return AttemptTracker(
+        writes, row, Publishing(events, "http://conduit.test", Unfenced()), INTERVAL
+    )
 
 
 def _persisted(engine: AsyncEngine, pid: str, output: list[str]) -> Callable[[], Any]:
