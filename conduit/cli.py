@@ -34,7 +34,7 @@ def database_url() -> str:
     return ApiSettings().database_url
 
 
-def migrate(url: str | None = None) -> None:
+def migrate(url: str | None = None, revision: str = "head") -> None:
     from alembic.config import Config
 
     from alembic import command
@@ -42,7 +42,7 @@ def migrate(url: str | None = None) -> None:
     config = Config(str(ROOT / "alembic.ini"))
     config.set_main_option("script_location", str(ROOT / "alembic"))
     config.set_main_option("sqlalchemy.url", (url or database_url()).replace("%", "%%"))
-    command.upgrade(config, "head")
+    command.upgrade(config, revision)
 
 
 def _with_engine(work: Callable[[Any], Awaitable[T]]) -> T:

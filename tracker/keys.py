@@ -1,9 +1,11 @@
 """Every Redis key and channel Conduit uses, built and parsed here and nowhere else.
 
 Keys of one deployable share a Redis Cluster hash tag (the part in braces), so a director's read
-of several shards and the enqueue and ack scripts touch one slot; a script never mixes keys of
-two tags (``slot_tag`` tells callers how to group a batch). Per-prediction keys carry the
-prediction's own tag and are written one slot at a time.
+of several shards and the enqueue and ack scripts touch one slot (the queue groups those
+batches per tag; ``slot_tag`` tells callers how). Per-prediction keys carry the prediction's
+own tag. Not yet grouped per slot, so still single-Redis only: event appends of many
+predictions in one script call, and a director's one blocking read of its deployment's and
+version's streams together.
 
 ====================================  ===========================================================
 ``input:prediction:{dp-o/n}:3``       shard 3 of deployment ``o/n``'s input stream (``vp-<id>``
