@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from runners.protocol import FlushScope
+
 
 class CacheMode(StrEnum):
     DEFAULT = "default"
@@ -31,13 +33,6 @@ class CacheMode(StrEnum):
     @property
     def writes(self) -> bool:
         return self is not CacheMode.BYPASS
-
-
-class FlushScope(StrEnum):
-    ALL = "all"
-    MODEL = "model"
-    TENANT = "tenant"
-    TAG = "tag"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,11 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from runners import COG_VERSION
-from runners.cache import CacheMode, FlushScope
+from runners.cache import CacheMode
 from runners.protocol import (
     CapabilitiesDocument,
     Features,
+    FlushScope,
     LoadedModel,
     LoadingModel,
     ModelInventory,

@@ -5,26 +5,25 @@ Lifecycle calls (load, unload, flush) change what the runner can serve, so each 
 :mod:`runners.optokens`): 401 without one, 403 with one that fails a check (``code`` says
 which), 403 when the runner has no key configured. Inference calls need none.
 
-The token is checked before anything else in the body, so a caller without one learns nothing
-(not even which model the runner serves: an unknown model is 404 only to an authorised caller).
-
-Bodies use the names operators' tooling sends: ``modelId``, ``evictModel``, ``taskId``. A flush
-answers ``freedBytes`` for the result cache's entries and ``modelCache`` for the model's own
-caches (``null`` figures are ones the model cannot measure); 409 ``cache-busy`` when the model
-refuses to drop them now (an LLM engine with requests running).
+A body is read as its document of :mod:`runners.protocol.lifecycle` (a malformed one is 400 or
+422 ``invalid-field``), then the token is checked before the runner acts on anything in it, so
+a caller without one learns nothing (not even which model the runner serves: an unknown model
+is 404 only to an authorised caller). Answers are the spec's documents, with Conduit's figures
+beside the spec's; 409 ``cache-busy`` when the model refuses to drop its caches now (an LLM
+engine with requests running).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
+import pydantic
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from runners import protocol as wire
-from runners.cache import FlushScope
 from runners.errors import (
     InvalidBodyError,
     InvalidFieldError,
@@ -36,42 +35,51 @@ from runners.errors import (
     UnknownTaskError,
 )
 from runners.model import ModelCacheFlush
+from runners.protocol.lifecycle import (
+    FlushRequest,
+    FlushResult,
+    HealthDocument,
+    LoadRequest,
+    ModelCacheFreed,
+    ModelStatus,
+    UnloadRequest,
+    UnloadResult,
+)
 from runners.resources import MIB
-from runners.service import RunnerService
+from runners.service import FlushOutcome, RunnerService
 from runners.state import SERVICE
 
-
-def _json(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type=wire.JSON)
+_Request = TypeVar("_Request", LoadRequest, UnloadRequest, FlushRequest)
 
 
-async def _body(request: web.Request) -> dict[str, Any]:
+def _json(body: wire._Document | dict[str, Any], status: int = 200) -> web.Response:
+    payload = body.wire() if isinstance(body, wire._Document) else body
+    return web.Response(body=orjson.dumps(payload), status=status, content_type=wire.JSON)
+
+
+async def _body(request: web.Request, document: type[_Request]) -> _Request:
     try:
         data = orjson.loads(await request.read() or b"{}")
     except orjson.JSONDecodeError as error:
         raise InvalidJSONError(str(error)) from error
     if not isinstance(data, dict):
         raise InvalidBodyError(repr(data))
-    return data
+    try:
+        return document.model_validate(data)
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "body"
+        raise InvalidFieldError(field, f"{field}: {first['msg']}") from error
 
 
-def _string(data: dict[str, Any], field: str) -> str:
-    value = data.get(field)
-    if not isinstance(value, str) or not value:
-        raise InvalidFieldError(field, f"{field} must be a non-empty string")
-    return value
-
-
-def _optional_string(data: dict[str, Any], field: str) -> str | None:
-    return None if data.get(field) is None else _string(data, field)
-
-
-def _authorise(service: RunnerService, data: dict[str, Any], operation: str, model: str) -> None:
+def _authorise(
+    service: RunnerService, body: wire._Document, operation: wire.Operation, model: str
+) -> None:
     verifier = service.op_tokens
     if verifier is None:
         raise OpTokensNotConfiguredError()
-    token = data.get("verifiedOpToken")
-    if not isinstance(token, str) or not token:
+    token = getattr(body, "verified_op_token", None)
+    if not token:
         raise OpTokenRequiredError(operation)
     verifier.verify(token, operation, model)
 
@@ -87,13 +95,11 @@ async def capabilities(request: web.Request) -> web.Response:
 
 async def load_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    data = await _body(request)
-    model = _string(data, "modelId")
-    evict = _optional_string(data, "evictModel")
-    _authorise(service, data, "model-load", model)
-    task = service.load(model, evict)
+    body = await _body(request, LoadRequest)
+    _authorise(service, body, wire.Operation.MODEL_LOAD, body.model_id)
+    task = service.load(body.model_id, body.evict_model)
     response = _json(service.lifecycle.describe(task), 202)
-    response.headers["Location"] = wire.LOAD_TASK_PATH.format(task_id=task.id)
+    response.headers[wire.LOCATION] = wire.LOAD_TASK_PATH.format(task_id=task.id)
     return response
 
 
@@ -108,73 +114,63 @@ async def load_task(request: web.Request) -> web.Response:
 
 async def unload_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    data = await _body(request)
-    model = _string(data, "modelId")
-    _authorise(service, data, "model-unload", model)
-    outcome = await service.unload(model)
+    body = await _body(request, UnloadRequest)
+    _authorise(service, body, wire.Operation.MODEL_UNLOAD, body.model_id)
+    outcome = await service.unload(body.model_id)
     on_gpu = service.model.device.startswith("cuda")
-    return _json(
-        {
-            "modelId": model,
-            "gpuMemoryFreedMB": outcome.unloaded.model_bytes // MIB if on_gpu else 0,
-            "kvCacheFlushed": True,  # the model's caches went with it
-            "status": "unloaded",
-            "freedBytes": outcome.freed_bytes,
-            "modelBytes": outcome.unloaded.model_bytes,
-            "cacheBytes": outcome.cache.bytes_freed,
-            **outcome.unloaded.rss.as_json(),
-        }
+    rss = outcome.unloaded.rss
+    result = UnloadResult(
+        model_id=body.model_id,
+        gpu_memory_freed_mb=outcome.unloaded.model_bytes // MIB if on_gpu else 0,
+        kv_cache_flushed=True,  # the model's caches went with it
+        freed_bytes=outcome.freed_bytes,
+        model_bytes=outcome.unloaded.model_bytes,
+        cache_bytes=outcome.cache.bytes_freed,
+        rss_before_bytes=rss.before,
+        rss_after_bytes=rss.after,
+        rss_delta_bytes=rss.delta,
     )
+    return _json(result)
 
 
-def _model_cache(flushed: ModelCacheFlush | None) -> dict[str, int | None] | None:
+def _model_cache(flushed: ModelCacheFlush | None) -> ModelCacheFreed | None:
     if flushed is None:
         return None
-    return {"freedBytes": flushed.bytes_freed, "freedBlocks": flushed.blocks_freed}
+    return ModelCacheFreed(freed_bytes=flushed.bytes_freed, freed_blocks=flushed.blocks_freed)
 
 
-_SCOPE_FIELDS = {
-    FlushScope.MODEL: ("modelId", "model"),
-    FlushScope.TENANT: ("tenantId", "tenant"),
-    FlushScope.TAG: ("tag",),
-}
-"""Where a flush's scope value is read from: the spec's name first, then Conduit's older one."""
-
-
-def _scope(data: dict[str, Any]) -> tuple[FlushScope, str | None]:
-    raw_scope = data.get("scope", FlushScope.ALL.value)
-    if raw_scope not in {scope.value for scope in FlushScope}:
-        scopes = ", ".join(scope.value for scope in FlushScope)
-        raise InvalidFieldError("scope", f"scope must be one of {scopes}")
-    scope = FlushScope(raw_scope)
-    if scope is FlushScope.ALL:
-        return scope, None
-    fields = _SCOPE_FIELDS[scope]
-    field = next((name for name in fields if data.get(name) is not None), fields[0])
-    return scope, _string(data, field)
+def _memory_freed_mb(outcome: FlushOutcome) -> int | None:
+    """MiB released: the result-cache entries plus the model's caches, None when the model
+    flushed caches it cannot measure (a sum with an unknown part is not a measurement)."""
+    freed = outcome.cache.bytes_freed
+    if outcome.model is not None:
+        if outcome.model.bytes_freed is None:
+            return None
+        freed += outcome.model.bytes_freed
+    return freed // MIB
 
 
 async def flush_cache(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    data = await _body(request)
-    scope, value = _scope(data)
-    model = value if scope is FlushScope.MODEL and value else service.model.name
-    _authorise(service, data, "cache-flush", model)
+    body = await _body(request, FlushRequest)
+    scope, value = body.scope, body.value
+    if scope is not wire.FlushScope.ALL and value is None:
+        field = body.value_field or "scope"
+        raise InvalidFieldError(field, f"{field} must be a non-empty string")
+    model = value if scope is wire.FlushScope.MODEL and value else service.model.name
+    _authorise(service, body, wire.Operation.CACHE_FLUSH, model)
     outcome = await service.flush(scope, value)
-    freed = outcome.cache.bytes_freed
-    if outcome.model is not None and outcome.model.bytes_freed is not None:
-        freed += outcome.model.bytes_freed
-    body: dict[str, Any] = {
-        "flushed": True,
-        "entriesRemoved": outcome.cache.entries,
-        "memoryFreedMB": freed // MIB,
-        "scope": scope.value,
-    }
-    if scope is not FlushScope.ALL:
-        body[scope.value] = value
-    return _json(
-        body | {"freedBytes": outcome.cache.bytes_freed, "modelCache": _model_cache(outcome.model)}
+    echoed: dict[str, Any] = {} if value is None else {scope.value: value}
+    result = FlushResult(
+        flushed=True,
+        entries_removed=outcome.cache.entries,
+        memory_freed_mb=_memory_freed_mb(outcome),
+        scope=scope,
+        freed_bytes=outcome.cache.bytes_freed,
+        model_cache=_model_cache(outcome.model),
+        **echoed,
     )
+    return _json(result)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -182,22 +178,24 @@ async def health(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     reasons = await service.problems()
     status = wire.RunnerHealth.UNHEALTHY if reasons else wire.RunnerHealth.HEALTHY
-    body = {
-        "status": status.value,
-        "uptime": math.floor(service.uptime),
-        "modelsLoaded": 1 if service.ready else 0,
-        "queueDepth": service.scheduler.depth,
-        "reasons": reasons,
-        "model": {"id": service.model.name, "state": service.lifecycle.state.value},
-        "queue": {"depth": service.scheduler.depth, "maxDepth": service.config.max_queue_depth},
-    }
-    return _json(body, 503 if reasons else 200)
+    document = HealthDocument(
+        status=status,
+        uptime=math.floor(service.uptime),
+        models_loaded=1 if service.ready else 0,
+        queue_depth=service.scheduler.depth,
+        reasons=reasons,
+        model=ModelStatus(id=service.model.name, state=service.lifecycle.state.value),
+        queue=wire.QueueBounds(
+            depth=service.scheduler.depth, max_depth=service.config.max_queue_depth
+        ),
+    )
+    return _json(document, 503 if reasons else 200)
 
 
 async def metrics(request: web.Request) -> web.Response:
     body = request.app[SERVICE].metrics_exposition()
     response = web.Response(body=body)
-    response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+    response.headers[wire.CONTENT_TYPE] = CONTENT_TYPE_LATEST
     return response
 
 

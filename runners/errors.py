@@ -51,6 +51,8 @@ from runners.protocol import (
     RATE_LIMIT_RESET,
     RETRY_AFTER,
     ErrorCode,
+    QueueFullDetail,
+    RateLimitDetail,
 )
 
 
@@ -169,8 +171,10 @@ class QueueFullError(RequestRefused):
         self.retry_after = retry_after
 
     def members(self) -> dict[str, Any]:
-        error = {"code": self.code, "message": str(self), "queueDepth": self.depth}
-        return {"error": error | {"avgWaitMs": round(self.avg_wait_ms)}}
+        error = QueueFullDetail(
+            message=str(self), queue_depth=self.depth, avg_wait_ms=round(self.avg_wait_ms)
+        )
+        return {"error": error.wire()}
 
 
 @dataclass(frozen=True)
@@ -211,9 +215,13 @@ class RateLimitedError(RequestRefused):
 
     def members(self) -> dict[str, Any]:
         state = self.state
-        error = {"code": self.code, "message": str(self), "limit": state.limit}
-        error |= {"remaining": state.remaining, "resetAt": math.ceil(state.reset_at)}
-        return {"tenant": self.tenant, "error": error}
+        error = RateLimitDetail(
+            message=str(self),
+            limit=state.limit,
+            remaining=state.remaining,
+            reset_at=math.ceil(state.reset_at),
+        )
+        return {"tenant": self.tenant, "error": error.wire()}
 
     def headers(self) -> dict[str, str]:
         return super().headers() | self.state.headers()

@@ -29,6 +29,7 @@ from typing import Any
 
 from runners.errors import LifecycleConflictError
 from runners.model import Model
+from runners.protocol import lifecycle as wire
 from runners.resources import MIB, process_rss
 
 log = logging.getLogger(__name__)
@@ -56,12 +57,9 @@ class RssChange:
     before: int
     after: int
 
-    def as_json(self) -> dict[str, int]:
-        return {
-            "rssBeforeBytes": self.before,
-            "rssAfterBytes": self.after,
-            "rssDeltaBytes": self.after - self.before,
-        }
+    @property
+    def delta(self) -> int:
+        return self.after - self.before
 
 
 @dataclass(frozen=True)
@@ -102,48 +100,53 @@ class LoadTask:
     error: str | None = None
     logs: str = ""
 
-    def as_json(
+    def document(
         self, progress: float, eta: float | None, stage: str | None, on_gpu: bool
-    ) -> dict[str, Any]:
+    ) -> wire.LoadTask:
         """The task as the runner API spec writes it (``status`` loading, completed or failed;
         ``eta`` in seconds, ``gpuMemoryUsedMB`` and ``loadTimeMs`` once completed), with
         Conduit's finer ``phase`` and byte-exact figures beside them."""
-        body: dict[str, Any] = {
-            "taskId": self.id,
-            "modelId": self.model_id,
-            "status": _SPEC_STATUS[self.status],
-            "phase": self.status.value,
-            "progress": round(progress, 4),
-            "eta": None if eta is None else math.ceil(eta),
-            "createdAt": self.created_at,
-        }
+        fields: dict[str, Any] = {}
         if self.status is TaskStatus.RUNNING:
-            body["stage"] = stage
+            fields["stage"] = stage
         if self.evict is not None:
-            body["evictModel"] = self.evict
-            body["freedBytes"] = self.freed_by_evict
+            fields |= {"evict_model": self.evict, "freed_bytes": self.freed_by_evict}
         if self.status is TaskStatus.COMPLETED:
             used, seconds = self.memory_used or 0, self.load_time or 0.0
-            body |= {
-                "gpuMemoryUsedMB": used // MIB if on_gpu else 0,
-                "loadTimeMs": round(seconds * 1000),
-                "memoryUsedBytes": self.memory_used,
-                "loadTimeSeconds": self.load_time,
+            fields |= {
+                "gpu_memory_used_mb": used // MIB if on_gpu else 0,
+                "load_time_ms": round(seconds * 1000),
+                "memory_used_bytes": self.memory_used,
+                "load_time_seconds": self.load_time,
             }
             if self.rss is not None:
-                body |= self.rss.as_json()
+                rss = self.rss
+                fields |= {
+                    "rss_before_bytes": rss.before,
+                    "rss_after_bytes": rss.after,
+                    "rss_delta_bytes": rss.delta,
+                }
         if self.status is TaskStatus.FAILED:
-            body["error"] = self.error
+            fields["error"] = self.error
         if self.completed_at is not None:
-            body["completedAt"] = self.completed_at
-        return body
+            fields["completed_at"] = self.completed_at
+        return wire.LoadTask(
+            task_id=self.id,
+            model_id=self.model_id,
+            status=_SPEC_STATUS[self.status],
+            phase=self.status.value,
+            progress=round(progress, 4),
+            eta=None if eta is None else math.ceil(eta),
+            created_at=self.created_at,
+            **fields,
+        )
 
 
 _SPEC_STATUS = {
-    TaskStatus.QUEUED: "loading",
-    TaskStatus.RUNNING: "loading",
-    TaskStatus.COMPLETED: "completed",
-    TaskStatus.FAILED: "failed",
+    TaskStatus.QUEUED: wire.LoadStatus.LOADING,
+    TaskStatus.RUNNING: wire.LoadStatus.LOADING,
+    TaskStatus.COMPLETED: wire.LoadStatus.COMPLETED,
+    TaskStatus.FAILED: wire.LoadStatus.FAILED,
 }
 
 
@@ -201,9 +204,9 @@ class ModelLifecycle:
         elapsed = 0.0 if task.started is None else time.monotonic() - task.started
         return max(0.0, self.last_load_time - elapsed)
 
-    def describe(self, task: LoadTask) -> dict[str, Any]:
+    def describe(self, task: LoadTask) -> wire.LoadTask:
         on_gpu = self.model.device.startswith("cuda")
-        return task.as_json(self.progress(task), self.eta(task), self.model.load_stage(), on_gpu)
+        return task.document(self.progress(task), self.eta(task), self.model.load_stage(), on_gpu)
 
     async def wait(self) -> None:
         """Wait for every load started so far to end."""

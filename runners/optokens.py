@@ -8,8 +8,8 @@ model, once, within a few minutes of being issued. On the wire it is unpadded ba
                  "nonce": "<32 to 128 lowercase hex digits>"},
      "signature": "<hex HMAC-SHA256 of opToken as JSON, sorted keys, separators (',', ':')>"}
 
-``issuedAt`` is epoch seconds, as the runner API spec writes it, or an ISO 8601 string with a
-time zone (``"2026-11-22T03:00:00Z"``, what :func:`issue` writes).
+``issuedAt`` is epoch seconds, as the runner API spec writes it and :func:`issue` writes it;
+an ISO 8601 string with a time zone (``"2026-11-22T03:00:00Z"``) is accepted too.
 
 :class:`OpTokenVerifier` checks, in this order: parse → signature → time window → operation and
 model → signers → nonce. The nonce is recorded only when everything before it passed, so a token
@@ -44,6 +44,7 @@ import hashlib
 import heapq
 import hmac
 import json
+import math
 import os
 import re
 import secrets
@@ -54,8 +55,9 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from runners.errors import RequestRefused
+from runners.protocol import Operation
 
-OPERATIONS = frozenset({"model-load", "model-unload", "cache-flush"})
+OPERATIONS = frozenset(Operation)
 DEFAULT_MAX_SKEW = timedelta(minutes=5)
 DEFAULT_NONCE_MARGIN = timedelta(seconds=30)
 NONCE_BYTES = 16
@@ -201,6 +203,12 @@ def format_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def epoch_seconds(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        raise ValueError("naive datetime; pass an aware one (UTC)")
+    return math.floor(moment.timestamp())
+
+
 def issue(
     key: bytes,
     operation: str,
@@ -210,11 +218,12 @@ def issue(
 ) -> str:
     """Mint a token for ``operation`` on ``model_id`` (None for model-less calls)."""
     if operation not in OPERATIONS:
-        raise ValueError(f"unknown operation {operation!r}; expected one of {sorted(OPERATIONS)}")
+        known = sorted(op.value for op in Operation)
+        raise ValueError(f"unknown operation {operation!r}; expected one of {known}")
     body = {
         "operation": operation,
         "modelId": model_id,
-        "issuedAt": format_time(now or datetime.now(UTC)),
+        "issuedAt": epoch_seconds(now or datetime.now(UTC)),
         "signers": list(signers),
         "nonce": secrets.token_hex(NONCE_BYTES),
     }

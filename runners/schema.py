@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from runners import COG_VERSION
+from runners import protocol as wire
 
 InputType = Literal["string", "integer", "number", "boolean"]
 
@@ -116,7 +117,7 @@ def _json_response(
     schema: dict[str, Any] | None = None, description: str = "Successful Response"
 ) -> dict[str, Any]:
     body = {} if schema is None else schema
-    return {"description": description, "content": {"application/json": {"schema": body}}}
+    return {"description": description, "content": {wire.JSON: {"schema": body}}}
 
 
 def _validation_error() -> dict[str, Any]:
@@ -190,30 +191,28 @@ def _fixed_schemas() -> dict[str, Any]:
 
 def _paths() -> dict[str, Any]:
     return {
-        "/": {
+        wire.ROOT_PATH: {
             "get": {
                 "summary": "Root",
                 "operationId": "root__get",
                 "responses": {"200": _json_response()},
             }
         },
-        "/health-check": {
+        wire.HEALTH_CHECK_PATH: {
             "get": {
                 "summary": "Healthcheck",
                 "operationId": "healthcheck_health_check_get",
                 "responses": {"200": _json_response()},
             }
         },
-        "/predictions": {
+        wire.PREDICTIONS_PATH: {
             "post": {
                 "summary": "Predict",
                 "description": "Run a single prediction on the model",
                 "operationId": "predict_predictions_post",
                 "requestBody": {
                     "content": {
-                        "application/json": {
-                            "schema": {"$ref": "#/components/schemas/PredictionRequest"}
-                        }
+                        wire.JSON: {"schema": {"$ref": "#/components/schemas/PredictionRequest"}}
                     }
                 },
                 "responses": {
@@ -222,7 +221,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
-        "/predictions/{prediction_id}/cancel": {
+        wire.CANCEL_PATH.format(id="{prediction_id}"): {
             "post": {
                 "summary": "Cancel",
                 "operationId": "cancel_predictions__prediction_id__cancel_post",

@@ -51,13 +51,13 @@ _BEGAN = web.RequestKey("began", float)
 
 _DISCOVERY = {
     "cog_version": COG_VERSION,
-    "docs_url": "/docs",
+    "docs_url": wire.DOCS_PATH,
     "healthcheck_url": wire.HEALTH_CHECK_PATH,
-    "openapi_url": "/openapi.json",
+    "openapi_url": wire.OPENAPI_PATH,
     "predictions_cancel_url": wire.CANCEL_PATH.format(id="{prediction_id}"),
     "predictions_idempotent_url": wire.PREDICTION_PATH.format(id="{prediction_id}"),
-    "predictions_url": "/predictions",
-    "shutdown_url": "/shutdown",
+    "predictions_url": wire.PREDICTIONS_PATH,
+    "shutdown_url": wire.SHUTDOWN_PATH,
 }
 
 
@@ -98,7 +98,7 @@ def _options(request: web.Request) -> RequestOptions:
         priority=Priority.parse(headers.get(wire.PRIORITY)),
         cache_mode=mode,
         cache_tag=headers.get(wire.CACHE_TAG) or None,
-        stream=wants_stream(headers.get("Accept")),
+        stream=wants_stream(headers.get(wire.ACCEPT)),
     )
 
 
@@ -163,7 +163,7 @@ async def _run(
     if admitted.stream is not None:
         return await _stream(request, admitted.stream, rate)
     if request.headers.get(wire.PREFER) == wire.RESPOND_ASYNC:
-        return _json({"id": prediction_id, "status": "starting"}, 202, rate)
+        return _json({"id": prediction_id, "status": wire.RunnerStatus.STARTING}, 202, rate)
     try:
         await asyncio.shield(prediction.wait())
     except asyncio.CancelledError:
@@ -252,13 +252,13 @@ def create_app(
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
-    app.router.add_get("/", root)
+    app.router.add_get(wire.ROOT_PATH, root)
     app.router.add_get(wire.HEALTH_CHECK_PATH, health_check)
-    app.router.add_get("/openapi.json", openapi_schema)
-    app.router.add_post("/predictions", create_prediction)
+    app.router.add_get(wire.OPENAPI_PATH, openapi_schema)
+    app.router.add_post(wire.PREDICTIONS_PATH, create_prediction)
     app.router.add_put(wire.PREDICTION_PATH, create_prediction_idempotent)
     app.router.add_post(wire.CANCEL_PATH, cancel_prediction)
-    app.router.add_post("/shutdown", shutdown)
+    app.router.add_post(wire.SHUTDOWN_PATH, shutdown)
     add_control_routes(app)
     return app
 

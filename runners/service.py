@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runners import COG_VERSION
-from runners.cache import CacheMode, CacheView, Flushed, FlushScope, ResultCache
+from runners.cache import CacheMode, CacheView, Flushed, ResultCache
 from runners.capabilities import CapabilitiesCache, build_capabilities
 from runners.config import RunnerConfig
 from runners.errors import (
@@ -39,7 +39,7 @@ from runners.metrics import RunnerMetrics
 from runners.model import Model, ModelCacheFlush
 from runners.optokens import OpTokenVerifier
 from runners.prediction import Prediction
-from runners.protocol import HealthStatus, PredictionRequest, Priority
+from runners.protocol import FlushScope, HealthStatus, PredictionRequest, Priority
 from runners.ratelimit import TenantRateLimiter
 from runners.resources import CpuMeter, GpuMonitor, process_rss, system_memory
 from runners.scheduler import Scheduler

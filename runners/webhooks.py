@@ -21,6 +21,7 @@ import orjson
 import yarl
 
 from runners import COG_VERSION
+from runners import protocol as wire
 from runners.backoff import backoff_delay
 from runners.config import RunnerConfig
 from runners.protocol import WebhookEvent
@@ -66,8 +67,8 @@ class WebhookDispatcher:
             log.error("ignoring webhook %r: not an http(s) URL", url)
             return None
         headers = {
-            "Content-Type": "application/json",
-            "Accept": "*/*",
+            wire.CONTENT_TYPE: wire.JSON,
+            wire.ACCEPT: "*/*",
             "User-Agent": f"coglet/{COG_VERSION}",
             **trace,
         }

@@ -85,7 +85,7 @@ def test_issued_token_has_the_documented_wire_format() -> None:
     assert set(envelope) == {"opToken", "signature"}
     assert body["operation"] == "model-load"
     assert body["modelId"] == MODEL
-    assert body["issuedAt"] == "2026-11-22T03:00:00Z"
+    assert body["issuedAt"] == int(NOW.timestamp())  # epoch seconds, as the spec writes it
     assert body["signers"] == ["alice", "bob"]
     assert len(body["nonce"]) >= 32 and int(body["nonce"], 16) >= 0
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

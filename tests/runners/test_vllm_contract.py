@@ -245,7 +245,7 @@ async def test_flush_empties_the_prefix_cache(
         200,
         {
             "flushed": True,
-            "memoryFreedMB": 0,
+            "memoryFreedMB": None,  # the engine does not say what its blocks held
             "scope": "model",
             "model": "vllm",
             "entriesRemoved": 0,

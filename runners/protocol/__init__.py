@@ -1,6 +1,6 @@
 """The director <-> runner contract: Cog's HTTP wire protocol plus Conduit's additions.
 
-This module is the only contract between a director and a runner: the director imports it
+This package is the only contract between a director and a runner: the director imports it
 and nothing else from ``runners``, and neither side spells a media type, header name or wire
 value of the contract anywhere else. It describes what coglet 0.23.1 sends and accepts (see
 the reference notes): a runner's webhook and terminal payloads carry only ``id``, ``status``,
@@ -15,18 +15,25 @@ Conduit's additions, all ignored by (and absent from) a stock Cog server:
 - ``X-Tenant-ID`` and ``X-Priority`` (and ``X-Cache-Mode`` / ``X-Cache-Tag``) on requests;
   ``X-Queue-Wait-Ms``, ``X-GPU-Time-Ms``, ``X-Processing-Time``, ``X-Cache-Hit`` and
   ``X-Cache-Tokens-Reused`` on every prediction response.
-- The control API of the runner API spec (seed 004), whose documents are modelled here with
-  the spec's field names (:class:`Capabilities`).
+- The control API of the runner API spec (seed 004), whose documents are modelled with the
+  spec's field names: :class:`CapabilitiesDocument` and the refusal details here, the
+  lifecycle calls' requests and answers and the health document in
+  :mod:`runners.protocol.lifecycle`.
 - Refusals that are not Cog's own are RFC 9457 problem+json; ``code`` names them.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+# standard HTTP header names, as the runner and the director spell them
+CONTENT_TYPE: Final = "Content-Type"
+ACCEPT: Final = "Accept"
+LOCATION: Final = "Location"
 
 # media types
 JSON: Final = "application/json"
@@ -59,7 +66,12 @@ RATE_LIMIT_REMAINING: Final = "X-RateLimit-Remaining"
 RATE_LIMIT_RESET: Final = "X-RateLimit-Reset"
 
 # paths: Cog's, then the control API's (the spec's)
+ROOT_PATH: Final = "/"
 HEALTH_CHECK_PATH: Final = "/health-check"
+OPENAPI_PATH: Final = "/openapi.json"
+DOCS_PATH: Final = "/docs"
+SHUTDOWN_PATH: Final = "/shutdown"
+PREDICTIONS_PATH: Final = "/predictions"
 PREDICTION_PATH: Final = "/predictions/{id}"
 CANCEL_PATH: Final = "/predictions/{id}/cancel"
 CAPABILITIES_PATH: Final = "/v1/capabilities"
@@ -85,6 +97,23 @@ class Priority(enum.StrEnum):
             return cls((value or cls.NORMAL).strip().lower())
         except ValueError:
             return cls.NORMAL
+
+
+class Operation(enum.StrEnum):
+    """A lifecycle call's ``operation``, as its ``verifiedOpToken`` names it."""
+
+    MODEL_LOAD = "model-load"
+    MODEL_UNLOAD = "model-unload"
+    CACHE_FLUSH = "cache-flush"
+
+
+class FlushScope(enum.StrEnum):
+    """``scope`` of ``POST /v1/cache/flush``."""
+
+    ALL = "all"
+    MODEL = "model"
+    TENANT = "tenant"
+    TAG = "tag"
 
 
 class ErrorCode(enum.StrEnum):
@@ -183,9 +212,12 @@ class HealthCheck(BaseModel):
 class _Document(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
 
+    _sparse: ClassVar[bool] = False
+    """Conduit's optional members are left out until set (the spec's are always sent)."""
+
     def wire(self) -> dict[str, Any]:
         """The JSON body, by the spec's names."""
-        return self.model_dump(mode="json", by_alias=True)
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=self._sparse)
 
 
 class LoadedModel(_Document):
@@ -223,9 +255,12 @@ class Resources(_Document):
     kv_cache_utilization: float | None = 0.0
 
 
-class QueueState(_Document):
+class QueueBounds(_Document):
     depth: int = 0
     max_depth: int = 0
+
+
+class QueueState(QueueBounds):
     avg_wait_ms: int = 0
     p95_wait_ms: int = 0
 
@@ -258,3 +293,22 @@ class CapabilitiesDocument(_Document):
     health: RunnerHealth = RunnerHealth.HEALTHY
     hardware: str | None = None
     """Conduit's: "cpu" or "gpu", where the model runs (what usage is billed as)."""
+
+
+# The ``error`` member of the two refusals the spec names (the rest of each body is RFC 9457).
+
+
+class QueueFullDetail(_Document):
+    code: ErrorCode = ErrorCode.QUEUE_FULL
+    message: str
+    queue_depth: int
+    avg_wait_ms: int
+
+
+class RateLimitDetail(_Document):
+    code: ErrorCode = ErrorCode.RATE_LIMIT_EXCEEDED
+    message: str
+    limit: int
+    remaining: int
+    reset_at: int
+    """Epoch seconds."""
