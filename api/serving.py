@@ -18,10 +18,10 @@ from api.json_input import canonical_input, text_problem
 from api.pagination import decode_cursor, encode_cursor
 from api.protocol import PredictionCreate
 from api.validation import check_input
-from director.queue import Target
 from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
 from tracker.ids import new_prediction_id
+from tracker.keys import Target
 from tracker.priority import Priority
 from tracker.render import render_prediction
 from tracker.ssrf import BlockedAddress, check_webhook_url
@@ -81,7 +81,7 @@ async def _version_destination(
             f"Version {version_id} of {info.model} is not run by any deployment",
             errors=[_err("version", "no deployment runs this version")],
         )
-    return Destination(info, validator, Target("vp", info.id, info.shards))
+    return Destination(info, validator, Target.version(info.id, info.shards))
 
 
 async def resolve_model(
@@ -107,7 +107,7 @@ async def resolve_deployment(resources: Resources, owner: str, name: str) -> Des
     return Destination(
         info,
         validator,
-        Target("dp", deployment.full_name, deployment.shards),
+        Target.deployment(deployment.full_name, deployment.shards),
         deployment_id=deployment.id,
         deployment=deployment.full_name,
     )

@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director.queue import Queue, Target
+from director.queue import Queue
+from tracker.keys import Target
 from tracker.priority import Priority
 from tracker.tables import Deployment, Version
 
@@ -31,8 +32,8 @@ class ServedDeployment:
     @property
     def targets(self) -> list[Target]:
         return [
-            Target("dp", self.name, self.shards),
-            Target("vp", self.version_id, self.version_shards),
+            Target.deployment(self.name, self.shards),
+            Target.version(self.version_id, self.version_shards),
         ]
 
     def streams(self) -> list[str]:

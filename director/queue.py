@@ -11,8 +11,6 @@ all S in rotating order.
 
 from __future__ import annotations
 
-import hashlib
-import random
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -27,7 +25,6 @@ from tracker import keys
 from tracker.group_commit import Batcher
 
 GROUP = "directors"
-SHARDS_PER_ACCOUNT = 2
 
 # For each prediction (ARGV: its id, then how many of KEYS are its shards, in KEYS' order),
 # append to the shortest of its shards; one round trip for many predictions. Returns the
@@ -112,50 +109,6 @@ class Entry:
         """(stream, entry id): entry ids are only unique within their stream (shards that
         append in the same millisecond hand out the same id)."""
         return (self.stream, self.id)
-
-
-def account_shards(
-    account_id: int, deployable: str, shards: int, k: int = SHARDS_PER_ACCOUNT
-) -> list[int]:
-    """The k shards (of ``shards``) this account may use for this deployable; deterministic."""
-    seed = hashlib.sha256(f"{account_id}/{deployable}".encode()).digest()
-    return sorted(random.Random(seed).sample(range(shards), min(k, shards)))
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where a new prediction goes: a deployment's or a version's shard streams."""
-
-    kind: str  # "dp" or "vp"
-    key: str  # deployment "owner/name" or version id
-    shards: int
-
-    @property
-    def name(self) -> str:
-        """``dp-owner/name`` or ``vp-<version id>``: its hash tag, and ``predictions.stream``."""
-        return keys.deployable(self.kind, self.key)
-
-    @property
-    def reconcile_lock(self) -> str:
-        return keys.reconcile_lock_key(self.name)
-
-    def stream(self, shard: int) -> str:
-        return keys.input_stream(self.kind, self.key, shard)
-
-    def all_streams(self) -> list[str]:
-        return [self.stream(shard) for shard in range(self.shards)]
-
-    def legacy_streams(self) -> list[str]:
-        """Its shards under the untagged names streams had before (read until drained)."""
-        return [keys.legacy_input_stream(self.kind, self.key, s) for s in range(self.shards)]
-
-    def streams_for(self, account_id: int) -> list[str]:
-        return [self.stream(s) for s in account_shards(account_id, self.name, self.shards)]
-
-    def owns(self, stream: str) -> bool:
-        """Whether ``stream`` is one of this target's shards, under any naming or shard count."""
-        parsed = keys.parse_input_stream(stream)
-        return parsed is not None and (parsed.kind, parsed.key) == (self.kind, self.key)
 
 
 def connect(url: str, max_connections: int | None = None, client_name: str | None = None) -> Redis:

@@ -20,9 +20,10 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director import metrics
-from director.queue import Queue, Target
+from director.queue import Queue
 from director.settings import DirectorSettings
 from tracker import keys
+from tracker.keys import Target
 from tracker.states import UNFINISHED, Status, sql_list
 
 log = logging.getLogger(__name__)

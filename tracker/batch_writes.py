@@ -97,7 +97,13 @@ def ran(status: Status, times: RunnerTimes) -> bool:
     return status is Status.SUCCEEDED or bool(times.predict_time)
 
 
-# Status lists in these statements come from the transition table (``tracker.states``).
+# Status lists in these statements come from the transition table (``tracker.states``). Rows
+# come back by the model's column names, never ``*``: the table may hold columns the model does
+# not (one kept for processes of the previous release during an upgrade), and ``.columns()``
+# maps the result by position.
+RETURNED = ", ".join(column.name for column in predictions.c)
+ROW = ", ".join(f"p.{column.name}" for column in predictions.c)
+
 _CLAIM = text(
     f"""
     UPDATE predictions AS p
@@ -105,7 +111,7 @@ _CLAIM = text(
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, owner text, owners text[])
     WHERE p.id = v.id AND p.status IN {sql_list(UNFINISHED)}
       AND (p.claim_owner IS NULL OR p.claim_owner = ANY(v.owners))
-    RETURNING p.*
+    RETURNING {ROW}
     """
 ).columns(*predictions.c)
 
@@ -145,7 +151,7 @@ _FINISH = text(
         logs = coalesce(v.logs, p.logs)
       FROM v
       WHERE p.id = v.id AND p.attempt = v.attempt AND p.status = ANY(v.sources)
-      RETURNING p.*
+      RETURNING {ROW}
     ), ran AS (
       -- A runner that did not report predict_time is charged the wall clock since the start.
       SELECT d.*, v.hardware, v.cpu, v.aborted, v.gpu_time AS reported_gpu_time,
@@ -162,7 +168,7 @@ _FINISH = text(
              reported_gpu_time, reported_queue_wait_time
       FROM ran
     )
-    SELECT * FROM done
+    SELECT {RETURNED} FROM done
     """
 ).columns(*predictions.c)
 

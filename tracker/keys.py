@@ -26,13 +26,25 @@ The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres st
 
 from __future__ import annotations
 
+import enum
+import hashlib
+import random
 from dataclasses import dataclass
 
+#: Shards of its deployable an account may use: one account's flood fills at most this many.
+SHARDS_PER_ACCOUNT = 2
 INPUT_PREFIX = "input:prediction:"
 DEAD_PREFIX = "dead:"
 EVENTS_PREFIX = "events:prediction:"
 EPOCH_KEY = "conduit:epoch"
 CANCEL_CHANNEL = "cancel:predictions"
+
+
+class Kind(enum.StrEnum):
+    """What a deployable is, as the prefix of its name."""
+
+    DEPLOYMENT = "dp"  # a deployment's predictions
+    VERSION = "vp"  # a version's predictions (a model's: its latest version)
 
 
 def deployable(kind: str, key: str) -> str:
@@ -120,3 +132,55 @@ def slot_tag(key: str) -> str:
         if end > start + 1:
             return key[start + 1 : end]
     return key
+
+
+def account_shards(
+    account_id: int, deployable: str, shards: int, k: int = SHARDS_PER_ACCOUNT
+) -> list[int]:
+    """The k shards (of ``shards``) this account may use for this deployable; deterministic."""
+    seed = hashlib.sha256(f"{account_id}/{deployable}".encode()).digest()
+    return sorted(random.Random(seed).sample(range(shards), min(k, shards)))
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a new prediction goes: a deployment's or a version's shard streams."""
+
+    kind: Kind
+    key: str  # deployment "owner/name" or version id
+    shards: int
+
+    @classmethod
+    def deployment(cls, name: str, shards: int) -> Target:
+        return cls(Kind.DEPLOYMENT, name, shards)
+
+    @classmethod
+    def version(cls, version_id: str, shards: int) -> Target:
+        return cls(Kind.VERSION, version_id, shards)
+
+    @property
+    def name(self) -> str:
+        """``dp-owner/name`` or ``vp-<version id>``: its hash tag, and ``predictions.target``."""
+        return deployable(self.kind, self.key)
+
+    @property
+    def reconcile_lock(self) -> str:
+        return reconcile_lock_key(self.name)
+
+    def stream(self, shard: int) -> str:
+        return input_stream(self.kind, self.key, shard)
+
+    def all_streams(self) -> list[str]:
+        return [self.stream(shard) for shard in range(self.shards)]
+
+    def legacy_streams(self) -> list[str]:
+        """Its shards under the untagged names streams had before (read until drained)."""
+        return [legacy_input_stream(self.kind, self.key, s) for s in range(self.shards)]
+
+    def streams_for(self, account_id: int) -> list[str]:
+        return [self.stream(s) for s in account_shards(account_id, self.name, self.shards)]
+
+    def owns(self, stream: str) -> bool:
+        """Whether ``stream`` is one of this target's shards, under any naming or shard count."""
+        parsed = parse_input_stream(stream)
+        return parsed is not None and (parsed.kind, parsed.key) == (self.kind, self.key)

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tracker.batch_writes import Claim, Finish, Start, StateWrites
+from tracker.batch_writes import RETURNED, Claim, Finish, Start, StateWrites
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
 from tracker.states import Status
@@ -84,8 +84,8 @@ _INSERT_MANY = text(
       model text, version_id text, deployment_id bigint, deployment text, input jsonb,
       webhook text, webhook_events_filter text[], target text, deadline timestamptz,
       source text, priority text)
-    RETURNING *
-    """
+    RETURNING """
+    + RETURNED
 ).columns(*predictions.c)
 
 

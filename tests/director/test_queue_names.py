@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from director.queue import Target, account_shards, deployment_stream, version_stream
+from director.queue import deployment_stream, version_stream
+from tracker.keys import Target, account_shards
 
 
 def test_stream_names_follow_the_documented_layout() -> None:

@@ -10,7 +10,8 @@ import uuid
 from redis.asyncio import Redis
 
 from director.deployment import ServedDeployment
-from director.queue import GROUP, Queue, Target
+from director.queue import GROUP, Queue
+from tracker.keys import Target
 
 
 def _target(label: str, shards: int, kind: str = "dp") -> Target:

@@ -10,12 +10,13 @@ import httpx
 import pytest
 import redis
 
-from director.queue import GROUP, Target
+from director.queue import GROUP
 from tests.conftest import ECHO
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, fetch, wait_status
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
+from tracker.keys import Target
 
 
 def _deployment(admin: Admin, prefix: str, prediction_timeout: float = 1800.0) -> str:

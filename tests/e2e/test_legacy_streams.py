@@ -12,11 +12,11 @@ import uuid
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director.queue import Target
 from tests.fixtures.admin import Admin
 from tests.fixtures.predictions import new_predictions
 from tests.fixtures.processes import Launcher
 from tracker import store
+from tracker.keys import Target
 from tracker.states import Status
 
 DEADLINE = 60.0

@@ -7,10 +7,10 @@ import uuid
 
 import psycopg
 
-from director.queue import account_shards
 from tests.faults.conftest import register_faulty
 from tests.faults.harness import Drill, verify
 from tracker.ids import token_sha256
+from tracker.keys import account_shards
 
 WORK = {"n": 1, "delay": 0.2}  # 4 slots: 20/s, so a 500 flood is a 25 s backlog
 

@@ -9,12 +9,11 @@ import time
 
 import redis
 
-from director.queue import Target
 from tests.faults.conftest import register_faulty
 from tests.faults.harness import TERMINAL, Drill, verify
 from tests.fixtures.processes import Proc
 from tests.fixtures.waiting import pace, wait_for
-from tracker.keys import dead_letter_stream
+from tracker.keys import Target, dead_letter_stream
 
 
 def _supervise(runners: list[Proc], stop: threading.Event) -> None:
