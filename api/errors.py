@@ -12,7 +12,9 @@ Exception tree::
     ├── PayloadTooLarge     413: body over ``max_body_bytes``
     └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
 
-A value Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400.
+Database errors: only a connection-level failure (``tracker.retry.TRANSIENT``) is a 503. A value
+Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400, a
+constraint it enforces (``IntegrityError``) a 409; any other is a 500: never "unreachable".
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
-from sqlalchemy.exc import DataError, DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tracker.retry import TRANSIENT
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -176,6 +180,23 @@ async def _on_unstorable(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_database(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, DBAPIError)
+    if isinstance(exc, DataError):
+        return await _on_unstorable(request, exc)
+    if isinstance(exc, IntegrityError):
+        log.info("database constraint on %s: %r", request.url.path, exc)
+        return problem_response(
+            409,
+            "Conflict",
+            "The request conflicts with data already stored; retry it.",
+            instance=request.url.path,
+        )
+    if isinstance(exc, TRANSIENT) or exc.connection_invalidated:
+        return await _on_backend(request, exc)
+    return await _on_unexpected(request, exc)
+
+
 async def _on_backend(request: Request, exc: Exception) -> JSONResponse:
     log.warning("backend unavailable on %s: %r", request.url.path, exc)
     which = "database" if isinstance(exc, DBAPIError) else "queue"
@@ -199,7 +220,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
-    app.add_exception_handler(DataError, _on_unstorable)
-    app.add_exception_handler(DBAPIError, _on_backend)
+    app.add_exception_handler(DBAPIError, _on_database)
     app.add_exception_handler(RedisError, _on_backend)
     app.add_exception_handler(Exception, _on_unexpected)

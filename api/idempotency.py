@@ -82,7 +82,8 @@ def fingerprint(
     if priority is not None:  # only when sent: keys stored before it existed still match
         request["priority"] = str(priority)
     canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    # surrogatepass: a body with a lone surrogate is refused later (422), not here (500).
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -327,6 +327,11 @@ class Execution:
         if self.tracker.cancel_requested:
             self.attempt.cancel.set()  # flagged before it started: the follow loop cancels
         await self.tracker.progress(snapshot.output, snapshot.logs)
+        if self.tracker.refused is not None and not snapshot.status.is_terminal:
+            # Output or logs it cannot keep (past a cap, or unstorable): stop the run.
+            await self._cancel_on_runner()
+            row = await self.tracker.finish(Status.FAILED, error=self.tracker.refused, times=times)
+            return row if row is not None else True
         if not snapshot.status.is_terminal:
             return None
         status = _TERMINAL[snapshot.status]

@@ -2,7 +2,9 @@
 
 ``AttemptHandler.process`` returns whether the entry may be acknowledged: its prediction is
 terminal (written by this attempt, or by another one that fenced this one out), or there was
-nothing to run. Infrastructure errors propagate: the entry stays pending.
+nothing to run. Infrastructure errors propagate: the entry stays pending. A data error is no
+such thing: the tracker records it as the prediction's failure, and a failure Postgres refuses
+too (:class:`UnrecordableResult`) dead-letters the entry rather than offering it forever.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from director.settings import DirectorSettings
 from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.states import Lifecycle, Status
-from tracker.tracker import AttemptTracker, Publishing
+from tracker.tracker import AttemptTracker, Caps, Publishing, UnrecordableResult
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class AttemptHandler:
         self.reclaimer = reclaimer
         self.webhook_url = webhook_url
         self.on_cancel_ignored = on_cancel_ignored
+        self.caps = Caps(settings.max_output_bytes, settings.max_log_bytes)
         self.backoff = StartBackoff(
             initial=settings.start_backoff_initial,
             max_delay=settings.start_backoff_max,
@@ -71,6 +74,16 @@ class AttemptHandler:
         )
 
     async def process(self, attempt: Attempt) -> bool:
+        try:
+            return await self._process(attempt)
+        except UnrecordableResult as error:
+            reason = f"its end could not be recorded ({error})"
+            await self.reclaimer.dead_letter(attempt.entry, reason)
+            metrics.DEAD_LETTERED.inc()
+            log.error("dead-lettered %s: %s", attempt.prediction_id, reason)
+            return False  # already removed from the stream
+
+    async def _process(self, attempt: Attempt) -> bool:
         entry = attempt.entry
         claim = await self.claims.claim(entry)
         if not isinstance(claim, Claimed):
@@ -118,6 +131,7 @@ class AttemptHandler:
             self.settings.flush_interval,
             hardware=self.monitor.hardware,
             lifecycle=lifecycle,
+            caps=self.caps,
         )
 
     def _priority(self, row: RowMapping) -> str:

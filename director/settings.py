@@ -74,6 +74,15 @@ class DirectorSettings(BaseSettings):
     #: Extra stream keys to read until drained (comma-separated), e.g. after a rename.
     drain_streams: str = ""
 
+    #: Most bytes of output (as JSON) one prediction may produce; past it the run is stopped
+    #: and the prediction fails, saying so.
+    max_output_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    #: Most bytes of logs one prediction may produce; past it, likewise.
+    max_log_bytes: int = Field(16 * 1024 * 1024, ge=1)
+    #: Most entries kept in one prediction's event stream (trimmed oldest first, about this
+    #: many), besides its expiry ``events_retention`` seconds after the end.
+    events_max_len: int = Field(100_000, ge=100)
+
     @property
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval or self.visibility_timeout / 4

@@ -3,7 +3,9 @@
 Every change of a prediction is appended here in order: ``status`` (new status), ``output``
 (one chunk, as text), ``logs`` (new log text), ``error`` and ``done``. It is the one source
 for SSE and ``Prefer: wait``; the Redis entry id is the SSE event id, so ``Last-Event-ID``
-resumes exactly. A stream expires ``retention`` seconds after its ``done``. Appends that
+resumes exactly. A stream expires ``retention`` seconds after its ``done``, and holds about
+``max_len`` entries at most (the oldest are trimmed: a run that logs without end cannot grow
+it without bound). Appends that
 arrive together (many predictions at once) share one script call: build one ``EventLog`` per
 process and share it.
 """
@@ -22,6 +24,8 @@ from tracker import keys
 from tracker.group_commit import Batcher
 
 DEFAULT_RETENTION = 3600
+#: Entries kept per stream (about: trimmed with ``MAXLEN ~``).
+DEFAULT_MAX_LEN = 100_000
 
 
 class EventType(enum.StrEnum):
@@ -60,9 +64,12 @@ def done_data(status: str) -> str:
 class EventLog:
     """Appends and reads predictions' events."""
 
-    def __init__(self, redis: Redis, retention: int = DEFAULT_RETENTION) -> None:
+    def __init__(
+        self, redis: Redis, retention: int = DEFAULT_RETENTION, max_len: int = DEFAULT_MAX_LEN
+    ) -> None:
         self.redis = redis
         self.retention = retention
+        self.max_len = max_len
         self._script = redis.register_script(_APPEND_SCRIPT)
         self._appends: Batcher[_Append, None] = Batcher(self._write_appends)
 
@@ -105,7 +112,7 @@ class EventLog:
         """Many predictions' events in one script call: one round trip and one command, far
         less client work than a command per event. Each prediction's events keep their order."""
         script_keys: list[str] = []
-        args: list[str | int] = []
+        args: list[str | int] = [self.max_len]
         for append in appends:
             script_keys.append(append.key)
             args += [len(append.entries), append.retention if append.expire else 0]
@@ -169,17 +176,18 @@ class _Append:
     retention: int
 
 
-# Many predictions' events in one command. KEYS: one event stream per append; ARGV, per
-# append in order: its entry count, its retention (0: no expiry yet), then per entry its field
-# count and the fields and values.
+# Many predictions' events in one command. KEYS: one event stream per append; ARGV: the
+# streams' MAXLEN, then per append in order: its entry count, its retention (0: no expiry
+# yet), then per entry its field count and the fields and values.
 _APPEND_SCRIPT = """
-local a = 1
+local maxlen = ARGV[1]
+local a = 2
 for k = 1, #KEYS do
   local entries, retention = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   for _ = 1, entries do
     local last = a + 2 * tonumber(ARGV[a])
-    redis.call('XADD', KEYS[k], '*', unpack(ARGV, a + 1, last))
+    redis.call('XADD', KEYS[k], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, a + 1, last))
     a = last + 1
   end
   if retention > 0 then redis.call('EXPIRE', KEYS[k], retention) end

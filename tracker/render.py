@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
+
 
 def iso(value: datetime | None) -> str | None:
     if value is None:
@@ -50,3 +52,55 @@ def render_prediction(row: Mapping[Any, Any], base_url: str) -> dict[str, Any]:
         body["webhook"] = row["webhook"]
         body["webhook_events_filter"] = row["webhook_events_filter"]
     return body
+
+
+class Unstorable(Exception):
+    """A runner's output that Postgres cannot store or Conduit cannot send, even escaped."""
+
+
+def storable_text(text: str) -> str:
+    """``text`` as Postgres can store it and every encoder can send it: a NUL character
+    becomes the six characters ``\\u0000``, a lone surrogate a ``\\udXXX`` escape too."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\u0000")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode()
+    return text
+
+
+def storable_json(value: Any) -> tuple[Any, int]:
+    """A runner's output value as it can be stored and sent, and its size as JSON (bytes).
+
+    Strings are made storable (:func:`storable_text`); NaN and Infinity become null (as in
+    any JSON Conduit sends). Raises :class:`Unstorable` for what no escaping fixes: integers
+    beyond 64 bits, nesting past orjson's 255 levels.
+    """
+    if isinstance(value, str):
+        value = storable_text(value)
+        return value, len(value.encode()) + 2
+    try:
+        try:
+            encoded = orjson.dumps(value)
+        except orjson.JSONEncodeError:
+            encoded = orjson.dumps(_storable_strings(value))
+        if b"\\u0000" in encoded:
+            encoded = orjson.dumps(_storable_strings(value))
+    except (orjson.JSONEncodeError, RecursionError) as error:
+        raise Unstorable(f"the output cannot be stored as JSON: {error}") from error
+    return orjson.loads(encoded), len(encoded)
+
+
+def _storable_strings(value: Any) -> Any:
+    if isinstance(value, str):
+        return storable_text(value)
+    if isinstance(value, list | tuple):
+        return [_storable_strings(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            storable_text(k) if isinstance(k, str) else k: _storable_strings(v)
+            for k, v in value.items()
+        }
+    return value

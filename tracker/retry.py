@@ -19,8 +19,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from redis.exceptions import RedisError
-from sqlalchemy.exc import DBAPIError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError, TryAgainError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from runners.backoff import backoff_delay
 
@@ -28,7 +31,22 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Errors of an unreachable or restarting Postgres or Redis: worth retrying, never data errors.
-TRANSIENT = (DBAPIError, RedisError, OSError)
+#: Only connection-level failures: psycopg's ``OperationalError`` (connection refused or lost,
+#: server shutting down, too many connections) and ``InterfaceError``, as SQLAlchemy wraps
+#: them; a pool with no connection to give; Redis unreachable, timing out, loading its data
+#: (``BusyLoadingError`` is a connection error) or failing over. A value Postgres refuses
+#: (``DataError``, ``IntegrityError``) or one that cannot be encoded is not an outage:
+#: retrying it changes nothing.
+TRANSIENT = (
+    OperationalError,
+    InterfaceError,
+    PoolTimeout,
+    RedisConnectionError,
+    RedisTimeoutError,
+    ReadOnlyError,
+    TryAgainError,
+    OSError,
+)
 
 __all__ = ["TRANSIENT", "backoff_delay", "persistently"]
 

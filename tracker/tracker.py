@@ -5,6 +5,13 @@ Status changes are written at once; output and logs are accumulated and flushed 
 ``flush_interval`` seconds and at the end, so a model that yields a token every millisecond costs
 two writes a second, not a thousand. Events are appended as they happen. The ``completed``
 webhook is stored in the terminal state's own transaction.
+
+What a runner sends is kept only as Postgres can store it and Conduit can send it: NUL
+characters are escaped (``tracker.render.storable_text``), and output or logs past their
+:class:`Caps`, or output no escaping makes storable, stop the run: ``refused`` says why, and
+the prediction fails with it. A terminal write that Postgres refuses (a data error, never an
+outage) is written again as a failure without the new output; if even that is refused,
+:class:`UnrecordableResult` tells the director to dead-letter the entry.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from typing import Any
 
 import orjson
 from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import DBAPIError
 
 from tracker import store
 from tracker.batch_writes import StateWrites, ran
@@ -25,12 +33,29 @@ from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType, output_text
 from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender
-from tracker.render import render_prediction
+from tracker.render import Unstorable, render_prediction, storable_json, storable_text
 from tracker.retry import TRANSIENT, persistently
 from tracker.states import Lifecycle, Status, check_transition
 from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+#: What a terminal write may fail with that is the data's fault, not an outage's.
+DATA_ERRORS = (DBAPIError, TypeError, ValueError)
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """Per-prediction limits on what a run may produce, in bytes (output as JSON, logs as
+    UTF-8)."""
+
+    output_bytes: int = 64 * MIB
+    log_bytes: int = 16 * MIB
+
+
+class UnrecordableResult(Exception):
+    """Postgres refused even the failure recorded in place of a run's result."""
 
 
 @dataclass
@@ -54,6 +79,7 @@ class AttemptTracker:
         flush_interval: float = 0.5,
         hardware: str = UNKNOWN_HARDWARE,
         lifecycle: Lifecycle | None = None,
+        caps: Caps | None = None,
     ) -> None:
         """``writes``: the process's grouped state writes (concurrent attempts share their
         statements). ``lifecycle`` defaults to the status the claim read."""
@@ -69,6 +95,13 @@ class AttemptTracker:
         self.lifecycle = lifecycle or Lifecycle.claimed(row["status"])
         self.output: Any = None
         self.logs = ""
+        self.caps = caps or Caps()
+        #: Why this run's output or logs cannot be kept: the prediction fails with it.
+        self.refused: str | None = None
+        self._output_bytes = 0
+        self._log_bytes = 0
+        #: Characters of the runner's own log text taken so far (``logs`` holds it escaped).
+        self._runner_logs = 0
         self._published_outputs = 0
         self._dirty = False
         self._flusher: asyncio.Task[None] | None = None
@@ -128,15 +161,12 @@ class AttemptTracker:
 
     async def progress(self, output: Any, logs: str | None) -> None:
         """Take a runner snapshot. Snapshots can arrive out of order: never go backwards."""
-        if self.fence.lost:
+        if self.fence.lost or self.refused is not None:
             return
         events: list[tuple[EventType, str]] = []
         if isinstance(output, list) and not _shorter(output, self.output):
             events += self._new_chunks(output)
-            self.output = output
-        if logs is not None and len(logs) > len(self.logs):
-            events += [(EventType.LOGS, line) for line in logs[len(self.logs) :].splitlines()]
-            self.logs = logs
+        events += self._new_logs(logs)
         if not events:
             return
         await self._publish(events)
@@ -160,9 +190,43 @@ class AttemptTracker:
             log.debug("events of %s not published: %r", self.prediction_id, error)
 
     def _new_chunks(self, output: list[Any]) -> list[tuple[EventType, str]]:
-        chunks = output[self._published_outputs :]
-        self._published_outputs = max(self._published_outputs, len(output))
-        return [(EventType.OUTPUT, output_text(chunk)) for chunk in chunks]
+        """Take the chunks not seen yet into ``self.output``, as they can be stored; nothing
+        when they cannot be, or would pass the cap (``refused`` says so)."""
+        taken: list[Any] = []
+        size = self._output_bytes
+        try:
+            for chunk in output[self._published_outputs :]:
+                value, length = storable_json(chunk)
+                taken.append(value)
+                size += length + 1
+        except Unstorable as error:
+            self._refuse(str(error))
+            return []
+        if size > self.caps.output_bytes:
+            self._refuse(f"the output passed the limit of {_size(self.caps.output_bytes)}")
+            return []
+        self._output_bytes = size
+        self.output = [*(self.output if isinstance(self.output, list) else ()), *taken]
+        self._published_outputs = len(self.output)
+        return [(EventType.OUTPUT, output_text(chunk)) for chunk in taken]
+
+    def _new_logs(self, logs: str | None) -> list[tuple[EventType, str]]:
+        """Take the runner's log text not seen yet (escaped), within the cap."""
+        if logs is None or len(logs) <= self._runner_logs:
+            return []
+        new = storable_text(logs[self._runner_logs :])
+        size = self._log_bytes + len(new.encode())
+        if size > self.caps.log_bytes:
+            self._refuse(f"the logs passed the limit of {_size(self.caps.log_bytes)}")
+            return []
+        self._runner_logs, self._log_bytes = len(logs), size
+        self.logs += new
+        return [(EventType.LOGS, line) for line in new.splitlines()]
+
+    def _refuse(self, why: str) -> None:
+        if self.refused is None:
+            log.warning("prediction %s: %s; failing it", self.prediction_id, why)
+            self.refused = why
 
     def _schedule_flush(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -183,6 +247,9 @@ class AttemptTracker:
                 log.debug("progress of %s not saved: %r", self.prediction_id, error)
                 self._dirty = True
                 continue
+            except DATA_ERRORS as error:  # not an outage: the terminal write deals with it
+                log.warning("progress of %s refused: %r", self.prediction_id, error)
+                return
             if not saved:
                 self.fence.revoke("a progress write found another attempt in charge")
 
@@ -201,34 +268,28 @@ class AttemptTracker:
         """
         check_transition(self.status, status)  # fail loudly before writing anything
         await self._stop_flusher()
-        last_chunks: list[tuple[EventType, str]] = []
-        if isinstance(output, list):
-            last_chunks = self._new_chunks(output)
-        elif output is not None and self._published_outputs == 0:
-            last_chunks = [(EventType.OUTPUT, output_text(output))]
-            self._published_outputs = 1
-        if output is not None:
-            self.output = output
-        if logs is not None and len(logs) > len(self.logs):
-            last_chunks += [(EventType.LOGS, line) for line in logs[len(self.logs) :].splitlines()]
-            self.logs = logs
+        last_chunks = self._last_output(output) + self._new_logs(logs)
+        if self.refused is not None:
+            status, error = Status.FAILED, self.refused
+        error = storable_text(error) if error is not None else None
         if self.status is Status.STARTING and ran(status, times or RunnerTimes()):
             last_chunks.insert(0, (EventType.STATUS, Status.PROCESSING.value))
-        row = await persistently(
-            f"recording the end of {self.prediction_id}",
-            lambda: store.finish(
-                self.writes,
-                self.prediction_id,
-                self.attempt,
-                status,
-                output=self.output,
-                logs=self.logs,
-                error=error,
-                times=times,
-                hardware=self.hardware,
-                webhook_base_url=self.publishing.base_url if self._wants_completed else None,
-            ),
-        )
+        try:
+            row = await self._write_end(status, self.output, self.logs, error, times)
+        except TRANSIENT:
+            raise
+        except DATA_ERRORS as failure:
+            # Not an outage: writing it again changes nothing. Record the failure instead,
+            # keeping the output and logs already saved.
+            log.error("the end of %s was refused: %r", self.prediction_id, failure)
+            status, error = Status.FAILED, f"the result could not be recorded: {_reason(failure)}"
+            last_chunks = [event for event in last_chunks if event[0] is EventType.STATUS]
+            try:
+                row = await self._write_end(status, None, None, error, times)
+            except TRANSIENT:
+                raise
+            except DATA_ERRORS as again:
+                raise UnrecordableResult(error) from again
         if row is None:
             return None
         if self.publishing.webhooks is not None:
@@ -247,6 +308,51 @@ class AttemptTracker:
         if self.publishing.dispatcher is not None and self._wants_completed:
             self.publishing.dispatcher.wake()
         return row
+
+    def _last_output(self, output: Any) -> list[tuple[EventType, str]]:
+        """Take the terminal snapshot's output (as ``progress`` does); its events."""
+        if isinstance(output, list):
+            return self._new_chunks(output)
+        if output is None or self.refused is not None:
+            return []
+        try:
+            value, size = storable_json(output)
+        except Unstorable as error:
+            self._refuse(str(error))
+            return []
+        if size > self.caps.output_bytes:
+            self._refuse(f"the output passed the limit of {_size(self.caps.output_bytes)}")
+            return []
+        self.output = value
+        if self._published_outputs:
+            return []
+        self._published_outputs = 1
+        return [(EventType.OUTPUT, output_text(value))]
+
+    async def _write_end(
+        self,
+        status: Status,
+        output: Any,
+        logs: str | None,
+        error: str | None,
+        times: RunnerTimes | None,
+    ) -> RowMapping | None:
+        """The terminal write, through outages. ``None`` output or logs keep what is saved."""
+        return await persistently(
+            f"recording the end of {self.prediction_id}",
+            lambda: store.finish(
+                self.writes,
+                self.prediction_id,
+                self.attempt,
+                status,
+                output=output,
+                logs=logs,
+                error=error,
+                times=times,
+                hardware=self.hardware,
+                webhook_base_url=self.publishing.base_url if self._wants_completed else None,
+            ),
+        )
 
     async def _stop_flusher(self) -> None:
         if self._flusher is not None and not self._flusher.done():
@@ -269,6 +375,17 @@ class AttemptTracker:
         differ from what it read.
         """
         return await self.publishing.events.has_output(self.prediction_id)
+
+
+def _size(limit: int) -> str:
+    return f"{limit / MIB:g} MiB" if limit >= MIB else f"{limit} bytes"
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of what refused a write (never the statement or its parameters)."""
+    cause = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
+    first = (str(cause).splitlines() or [type(cause).__name__])[0]
+    return storable_text(f"{type(cause).__name__}: {first}")[:300]
 
 
 def _shorter(new: Any, old: Any) -> bool:

@@ -108,3 +108,11 @@ def test_idempotent_create_refuses_the_same_way(client: httpx.Client) -> None:
     again = client.post(PATH, json={"input": {"extra": 1e20}}, headers={"Idempotency-Key": "k2"})
     assert again.status_code == 201 and again.json()["id"] == ok.json()["id"]
     assert wait_status(client, ok.json()["id"])["status"] == "succeeded"
+
+
+def test_idempotent_create_with_a_lone_surrogate_is_422(client: httpx.Client) -> None:
+    body = b'{"input": {"prompt": "x\\udc00"}}'
+    headers = {**JSON, "Idempotency-Key": "surrogate"}
+    problem = assert_problem(client.post(PATH, content=body, headers=headers), 422)
+    assert problem["errors"][0]["field"] == "input.prompt"
+    assert _count(client) == 0
