@@ -1,9 +1,10 @@
 """The runner control API against the runner API spec (seed 004), field for field.
 
 Each test starts a real runner process (``python -m runners echo``) and checks that the
-responses of one endpoint carry every field of the spec's example, by the spec's name and with
-the JSON type of the example's value. Fields beyond the spec's are allowed; renamed or missing
-ones are not.
+responses of one endpoint carry every field of the spec's example (:mod:`spec_examples`), by
+the spec's name and with the JSON type of the example's value. Fields beyond the spec's are
+allowed; renamed or missing ones are not. The runner's other states (starting, stopping, a load
+under way, a failed load) are in ``test_spec_states``.
 """
 
 from __future__ import annotations
@@ -23,136 +24,9 @@ from conduit.services import free_port
 from runners.optokens import issue
 from tests.fixtures.waiting import wait_for
 from tests.runners.lifecycle_calls import KEY, SIGNERS
+from tests.runners.spec_examples import EXAMPLES, check, conforms, parse_spec, spec_text
 
-# The spec's examples, reduced to their JSON types: "string", "integer", "number", "boolean",
-# a nested shape, or a one-item list giving the shape of every item.
-Shape = str | dict[str, Any] | list[Any]
-
-CAPABILITIES: dict[str, Shape] = {
-    "runnerType": "string",
-    "runnerId": "string",
-    "models": {
-        "loaded": [
-            {
-                "id": "string",
-                "quantization": "string?",
-                "contextLength": "integer?",
-                "loadedAt": "integer",
-                "gpuMemoryMB": "integer",
-            }
-        ],
-        "loading": [{"id": "string", "progress": "number", "eta": "integer?"}],
-        "available": ["string"],
-    },
-    "resources": {
-        "gpuIds": ["integer"],
-        "gpuMemoryTotalMB": "integer",
-        "gpuMemoryUsedMB": "integer",
-        "gpuMemoryFreeMB": "integer",
-        "gpuUtilization": "number",
-        "kvCacheSizeMB": "integer",
-        "kvCacheUtilization": "number",
-    },
-    "queue": {
-        "depth": "integer",
-        "maxDepth": "integer",
-        "avgWaitMs": "integer",
-        "p95WaitMs": "integer",
-    },
-    "capabilities": {
-        "streaming": "boolean",
-        "prefixCaching": "boolean",
-        "multiTenant": "boolean",
-        "visionInput": "boolean",
-        "audioInput": "boolean",
-        "functionCalling": "boolean",
-    },
-    "health": "string",
-}
-LOAD_ACCEPTED: dict[str, Shape] = {
-    "taskId": "string",
-    "status": "string",
-    "progress": "number",
-    "eta": "integer",
-}
-LOAD_COMPLETED: dict[str, Shape] = {
-    "taskId": "string",
-    "status": "string",
-    "modelId": "string",
-    "gpuMemoryUsedMB": "integer",
-    "loadTimeMs": "integer",
-}
-UNLOAD: dict[str, Shape] = {
-    "modelId": "string",
-    "gpuMemoryFreedMB": "integer",
-    "kvCacheFlushed": "boolean",
-}
-FLUSH: dict[str, Shape] = {
-    "flushed": "boolean",
-    "entriesRemoved": "integer",
-    "memoryFreedMB": "integer",
-}
-HEALTH: dict[str, Shape] = {
-    "status": "string",
-    "uptime": "integer",
-    "modelsLoaded": "integer",
-    "queueDepth": "integer",
-}
-QUEUE_FULL: dict[str, Shape] = {
-    "error": {
-        "code": "string",
-        "message": "string",
-        "queueDepth": "integer",
-        "avgWaitMs": "integer",
-    }
-}
-RATE_LIMITED: dict[str, Shape] = {
-    "error": {
-        "code": "string",
-        "message": "string",
-        "limit": "integer",
-        "remaining": "integer",
-        "resetAt": "integer",
-    }
-}
-PROBLEM: dict[str, Shape] = {
-    "type": "string",
-    "title": "string",
-    "status": "integer",
-    "detail": "string",
-}
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-}
-
-
-def conforms(value: Any, shape: Shape, where: str = "$") -> list[str]:
-    """Where ``value`` departs from ``shape``; empty when it conforms."""
-    if isinstance(shape, str):
-        kind, optional = shape.rstrip("?"), shape.endswith("?")
-        if value is None and optional:
-            return []
-        ok = isinstance(value, _TYPES[kind]) and (kind == "boolean") == isinstance(value, bool)
-        return [] if ok else [f"{where}: {value!r} is not {kind}"]
-    if isinstance(shape, list):
-        if not isinstance(value, list):
-            return [f"{where}: {value!r} is not an array"]
-        return [
-            issue
-            for i, item in enumerate(value)
-            for issue in conforms(item, shape[0], f"{where}[{i}]")
-        ]
-    if not isinstance(value, dict):
-        return [f"{where}: {value!r} is not an object"]
-    issues = [f"{where}.{key}: missing" for key in shape if key not in value]
-    for key, inner in shape.items():
-        if key in value:
-            issues += conforms(value[key], inner, f"{where}.{key}")
-    return issues
+PROBLEM = {"type": "about:blank", "title": "...", "status": 503, "detail": "..."}
 
 
 @dataclass
@@ -197,7 +71,7 @@ def runner(tmp_path: Path) -> Iterator[RunnerProcess]:
             def ready() -> bool:
                 assert proc.poll() is None, (tmp_path / "runner.log").read_text()
                 try:
-                    return http.get(f"{url}/health-check").json()["status"] == "READY"
+                    return bool(http.get(f"{url}/health-check").json()["status"] == "READY")
                 except httpx.TransportError:
                     return False
 
@@ -209,23 +83,40 @@ def runner(tmp_path: Path) -> Iterator[RunnerProcess]:
         log.close()
 
 
+def test_the_examples_here_are_the_specs() -> None:
+    text = spec_text()
+    if text is None:
+        pytest.skip("the spec's text is not here; CONDUIT_RUNNER_SPEC names it")
+    assert parse_spec(text) == EXAMPLES
+
+
 def test_capabilities(runner: RunnerProcess) -> None:
     response = runner.http.get(f"{runner.url}/v1/capabilities")
     assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("application/json")
     body = response.json()
-    assert conforms(body, CAPABILITIES) == []
+    assert check("capabilities", body) == []
     assert body["health"] == "healthy" and body["models"]["available"] == ["echo"]
+    loaded = body["models"]["loaded"]
+    assert [model["id"] for model in loaded] == ["echo"]
+    assert isinstance(loaded[0]["loadedAt"], int) and loaded[0]["gpuMemoryMB"] == 0
     # A CPU host: the GPU figures say there is none.
     resources = body["resources"]
     assert resources["gpuIds"] == [] and resources["gpuMemoryTotalMB"] == 0
 
 
 def test_load_and_its_task(runner: RunnerProcess) -> None:
-    load = {"modelId": "echo", "evictModel": "echo", "verifiedOpToken": runner.token("model-load")}
+    load = EXAMPLES["load_request"] | {
+        "modelId": "echo",
+        "evictModel": "echo",
+        "verifiedOpToken": runner.token("model-load"),
+    }
     accepted = runner.http.post(f"{runner.url}/v1/models/load", json=load)
     assert accepted.status_code == 202
     task = accepted.json()
-    assert conforms(task, LOAD_ACCEPTED) == [] and task["status"] == "loading"
+    assert check("load_accepted", task) == [] and task["status"] == "loading"
+    assert isinstance(task["eta"], int)  # the setup's load took a measured time
+    assert accepted.headers["Location"] == f"/v1/models/load/{task['taskId']}"
 
     def finished() -> dict[str, Any] | None:
         body: dict[str, Any] = runner.http.get(
@@ -234,35 +125,49 @@ def test_load_and_its_task(runner: RunnerProcess) -> None:
         return body if body["status"] != "loading" else None
 
     done = wait_for(finished, "load task finished")
-    assert conforms(done, LOAD_COMPLETED) == [] and done["status"] == "completed"
+    assert check("load_completed", done) == [] and done["status"] == "completed"
     assert done["modelId"] == "echo" and done["gpuMemoryUsedMB"] == 0
 
 
 def test_unload(runner: RunnerProcess) -> None:
-    unload = {"modelId": "echo", "verifiedOpToken": runner.token("model-unload")}
+    unload = EXAMPLES["unload_request"] | {
+        "modelId": "echo",
+        "verifiedOpToken": runner.token("model-unload"),
+    }
     response = runner.http.post(f"{runner.url}/v1/models/unload", json=unload)
     assert response.status_code == 200
-    assert conforms(response.json(), UNLOAD) == []
+    body = response.json()
+    assert check("unload", body) == []
+    assert (body["modelId"], body["gpuMemoryFreedMB"], body["kvCacheFlushed"]) == ("echo", 0, True)
 
 
-def test_cache_flush(runner: RunnerProcess) -> None:
-    flush = {
-        "scope": "tenant",
-        "tenantId": "community-x",
-        "modelId": None,
-        "verifiedOpToken": runner.token("cache-flush"),
-    }
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"scope": "all"},
+        {"scope": "model", "modelId": "echo"},
+        {"scope": "tenant", "tenantId": "community-x", "modelId": None},
+        {"scope": "tag", "tag": "session-abc123"},
+    ],
+    ids=lambda fields: fields["scope"],
+)
+def test_cache_flush(runner: RunnerProcess, fields: dict[str, Any]) -> None:
+    flush = {"verifiedOpToken": runner.token("cache-flush"), **fields}
+    if fields["scope"] == "tenant":
+        flush = EXAMPLES["flush_request"] | flush
     response = runner.http.post(f"{runner.url}/v1/cache/flush", json=flush)
     assert response.status_code == 200
     body = response.json()
-    assert conforms(body, FLUSH) == [] and body["flushed"] is True
+    assert check("flush", body) == [] and body["flushed"] is True
+    # echo keeps no caches of its own: all the flush frees is measured
+    assert isinstance(body["memoryFreedMB"], int) and body["scope"] == fields["scope"]
 
 
 def test_health(runner: RunnerProcess) -> None:
     response = runner.http.get(f"{runner.url}/health")
     assert response.status_code == 200
     body = response.json()
-    assert conforms(body, HEALTH) == [] and body["status"] == "healthy"
+    assert check("health", body) == [] and body["status"] == "healthy"
     assert (body["modelsLoaded"], body["queueDepth"]) == (1, 0)
 
 
@@ -274,8 +179,9 @@ def test_queue_full(runner: RunnerProcess) -> None:
     assert int(refused.headers["Retry-After"]) >= 1
     assert refused.headers["Content-Type"].startswith("application/problem+json")
     body = refused.json()
-    assert conforms(body, QUEUE_FULL) == [] and conforms(body, PROBLEM) == []
+    assert check("queue_full", body) == [] and conforms(body, PROBLEM) == []
     assert (body["error"]["code"], body["error"]["queueDepth"]) == ("queue_full", 1)
+    assert body["status"] == 503
     for prediction_id in ("queued", "running"):
         runner.http.post(f"{runner.url}/predictions/{prediction_id}/cancel")
 
@@ -284,23 +190,35 @@ def test_rate_limit(runner: RunnerProcess) -> None:
     assert runner.predict("first", "limited").status_code == 202
     refused = runner.predict("second", "limited")
     assert refused.status_code == 429
-    assert int(refused.headers["Retry-After"]) >= 1
+    assert refused.headers["Content-Type"].startswith("application/problem+json")
+    retry_after = int(refused.headers["Retry-After"])
+    assert 1 <= retry_after <= 60  # the window is a minute
     body = refused.json()
-    assert conforms(body, RATE_LIMITED) == [] and conforms(body, PROBLEM) == []
+    assert check("rate_limited", body) == [] and conforms(body, PROBLEM) == []
     error = body["error"]
     assert (error["code"], error["limit"], error["remaining"]) == ("rate_limit_exceeded", 1, 0)
+    assert body["status"] == 429
+    headers = refused.headers
+    assert (headers["X-RateLimit-Limit"], headers["X-RateLimit-Remaining"]) == ("1", "0")
+    assert int(headers["X-RateLimit-Reset"]) == error["resetAt"]
 
 
 @pytest.mark.parametrize(
-    ("value", "shape", "issues"),
+    ("value", "example", "issues"),
     [
-        ({"a": 1}, {"a": "integer"}, []),
-        ({"a": True}, {"a": "integer"}, ["$.a: True is not integer"]),
-        ({"a": 1}, {"a": "boolean"}, ["$.a: 1 is not boolean"]),
-        ({}, {"a": "string"}, ["$.a: missing"]),
-        ({"a": [1, "x"]}, {"a": ["integer"]}, ["$.a[1]: 'x' is not integer"]),
-        ({"a": None}, {"a": "integer?"}, []),
+        ({"a": 1}, {"a": 5}, []),
+        ({"a": 1}, {"a": 0.5}, []),
+        ({"a": 0.5}, {"a": 5}, ["$.a: 0.5 is not integer"]),
+        ({"a": True}, {"a": 5}, ["$.a: True is not integer"]),
+        ({"a": 1}, {"a": False}, ["$.a: 1 is not boolean"]),
+        ({}, {"a": "x"}, ["$.a: missing"]),
+        ({"a": None}, {"a": 5}, ["$.a: None is not integer"]),
+        ({"a": [1, "x"]}, {"a": [0]}, ["$.a[]: 'x' is not integer"]),
+        ({"a": {"b": None}}, {"a": {"b": 1}}, ["$.a.b: None is not integer"]),
     ],
 )
-def test_the_shape_check_itself(value: Any, shape: Shape, issues: list[str]) -> None:
-    assert conforms(value, shape) == issues
+def test_the_check_itself(value: Any, example: Any, issues: list[str]) -> None:
+    assert conforms(value, example) == issues
+    nullable = frozenset({"$.a", "$.a.b"})
+    assert conforms({"a": None}, {"a": 5}, nullable) == []
+    assert conforms({"a": {"b": None}}, {"a": {"b": 1}}, nullable) == []
