@@ -56,6 +56,7 @@ from typing import Any, NoReturn, Protocol
 
 from runners.errors import RequestRefused
 from runners.protocol import Operation
+from runners.protocol.lifecycle import OpTokenClaims, OpTokenEnvelope, wire_names
 
 OPERATIONS = frozenset(Operation)
 DEFAULT_MAX_SKEW = timedelta(minutes=5)
@@ -66,7 +67,8 @@ NONCE_BYTES = 16
 _MAX_TOKEN_CHARS = 8192
 _NONCE = re.compile(r"[0-9a-f]{32,128}")
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
-_BODY_KEYS = frozenset({"operation", "modelId", "issuedAt", "signers", "nonce"})
+_BODY_KEYS = wire_names(OpTokenClaims)
+_ENVELOPE_KEYS = wire_names(OpTokenEnvelope)
 
 
 class OpTokenError(RequestRefused):
@@ -220,15 +222,15 @@ def issue(
     if operation not in OPERATIONS:
         known = sorted(op.value for op in Operation)
         raise ValueError(f"unknown operation {operation!r}; expected one of {known}")
-    body = {
-        "operation": operation,
-        "modelId": model_id,
-        "issuedAt": epoch_seconds(now or datetime.now(UTC)),
-        "signers": list(signers),
-        "nonce": secrets.token_hex(NONCE_BYTES),
-    }
-    envelope = {"opToken": body, "signature": sign(key, body)}
-    raw = json.dumps(envelope, separators=(",", ":")).encode()
+    claims = OpTokenClaims(
+        operation=Operation(operation),
+        model_id=model_id,
+        issued_at=epoch_seconds(now or datetime.now(UTC)),
+        signers=list(signers),
+        nonce=secrets.token_hex(NONCE_BYTES),
+    )
+    envelope = OpTokenEnvelope(op_token=claims, signature=sign(key, claims.wire()))
+    raw = json.dumps(envelope.wire(), separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
@@ -338,8 +340,8 @@ def _parse(token: str) -> tuple[OpToken, dict[str, Any], str]:
         envelope = json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_reject_constant)
     except (ValueError, RecursionError):
         _malformed("not base64url-encoded JSON")
-    if not isinstance(envelope, dict) or envelope.keys() != {"opToken", "signature"}:
-        _malformed("expected exactly the keys opToken and signature")
+    if not isinstance(envelope, dict) or envelope.keys() != _ENVELOPE_KEYS:
+        _malformed(f"expected exactly the keys {sorted(_ENVELOPE_KEYS)}")
     body, signature = envelope["opToken"], envelope["signature"]
     if not isinstance(body, dict) or body.keys() != _BODY_KEYS:
         _malformed(f"opToken must have exactly the keys {sorted(_BODY_KEYS)}")

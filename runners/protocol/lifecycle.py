@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from runners.protocol import FlushScope, QueueBounds, RunnerHealth, _Document
+from runners.protocol import FlushScope, Operation, QueueBounds, RunnerHealth, _Document
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 
@@ -158,3 +158,27 @@ class HealthDocument(_Document):
     reasons: list[str] = Field(default_factory=list)
     model: ModelStatus
     queue: QueueBounds
+
+
+class OpTokenClaims(_Document):
+    """The signed ``opToken`` of a ``verifiedOpToken`` (:mod:`runners.optokens`)."""
+
+    operation: Operation
+    model_id: str | None
+    issued_at: int
+    """Epoch seconds, as the spec writes it (a verifier also accepts ISO 8601 with a zone)."""
+    signers: list[str]
+    nonce: str
+
+
+class OpTokenEnvelope(_Document):
+    """A ``verifiedOpToken`` before its base64url encoding."""
+
+    op_token: OpTokenClaims
+    signature: str
+    """Hex HMAC-SHA256 of ``opToken`` as JSON with sorted keys and no spaces."""
+
+
+def wire_names(document: type[_Document]) -> frozenset[str]:
+    """The names a document's fields have on the wire."""
+    return frozenset(field.alias or name for name, field in document.model_fields.items())

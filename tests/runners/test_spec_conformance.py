@@ -9,6 +9,8 @@ under way, a failed load) are in ``test_spec_states``.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -201,6 +203,13 @@ def test_rate_limit(runner: RunnerProcess) -> None:
     headers = refused.headers
     assert (headers["X-RateLimit-Limit"], headers["X-RateLimit-Remaining"]) == ("1", "0")
     assert int(headers["X-RateLimit-Reset"]) == error["resetAt"]
+
+
+def test_op_token() -> None:
+    token = issue(KEY, "model-load", "echo", SIGNERS[:2])
+    envelope = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+    assert check("op_token", envelope) == []
+    assert isinstance(envelope["opToken"]["issuedAt"], int)  # epoch seconds
 
 
 @pytest.mark.parametrize(
