@@ -182,7 +182,7 @@ class EventHub:
                 if self._reader_id is None:
                     self._reader_id = int(await self._reader.client_id())
                 reply = await self._read(self._streams())
-            except RedisError as error:
+            except Exception as error:  # the one reader must outlive any fault
                 # Waiters keep waiting (their own deadlines answer them) and resume from
                 # their positions once Redis is back.
                 log.warning("event hub read failed: %r", error)
@@ -191,7 +191,10 @@ class EventHub:
                 backoff = min(backoff * 2, 1.0)
                 continue
             backoff = 0.05
-            self._dispatch(reply)
+            try:
+                self._dispatch(reply)
+            except Exception:
+                log.exception("event hub: an event could not be delivered")
 
     async def _read(self, streams: dict[Any, Any]) -> Any:
         self._changed.clear()
