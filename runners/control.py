@@ -39,6 +39,7 @@ from runners.protocol.lifecycle import (
     FlushRequest,
     FlushResult,
     HealthDocument,
+    LifecycleRequest,
     LoadRequest,
     ModelCacheFreed,
     ModelStatus,
@@ -49,7 +50,7 @@ from runners.resources import MIB
 from runners.service import FlushOutcome, RunnerService
 from runners.state import SERVICE
 
-_Request = TypeVar("_Request", LoadRequest, UnloadRequest, FlushRequest)
+_Body = TypeVar("_Body", LoadRequest, UnloadRequest, FlushRequest)
 
 
 def _json(body: wire._Document | dict[str, Any], status: int = 200) -> web.Response:
@@ -57,7 +58,7 @@ def _json(body: wire._Document | dict[str, Any], status: int = 200) -> web.Respo
     return web.Response(body=orjson.dumps(payload), status=status, content_type=wire.JSON)
 
 
-async def _body(request: web.Request, document: type[_Request]) -> _Request:
+async def _body(request: web.Request, document: type[_Body]) -> _Body:
     try:
         data = orjson.loads(await request.read() or b"{}")
     except orjson.JSONDecodeError as error:
@@ -73,12 +74,12 @@ async def _body(request: web.Request, document: type[_Request]) -> _Request:
 
 
 def _authorise(
-    service: RunnerService, body: wire._Document, operation: wire.Operation, model: str
+    service: RunnerService, body: LifecycleRequest, operation: wire.Operation, model: str
 ) -> None:
     verifier = service.op_tokens
     if verifier is None:
         raise OpTokensNotConfiguredError()
-    token = getattr(body, "verified_op_token", None)
+    token = body.verified_op_token
     if not token:
         raise OpTokenRequiredError(operation)
     verifier.verify(token, operation, model)

@@ -53,6 +53,7 @@ from runners.protocol import (
     ErrorCode,
     QueueFullDetail,
     RateLimitDetail,
+    RunnerStatus,
 )
 
 
@@ -96,7 +97,7 @@ class _CogRefusal(RequestRefused):
     reason = "not_ready"
 
     def body(self) -> dict[str, Any]:
-        return {"error": str(self), "status": "failed"}
+        return {"error": str(self), "status": RunnerStatus.FAILED.value}
 
 
 class NotReadyError(_CogRefusal):

@@ -29,6 +29,7 @@ from typing import Any
 
 from runners.errors import LifecycleConflictError
 from runners.model import Model
+from runners.protocol import RunnerStatus
 from runners.protocol import lifecycle as wire
 from runners.resources import MIB, process_rss
 
@@ -154,7 +155,7 @@ class ModelLifecycle:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.state = ModelState.UNLOADED
-        self.setup_result: dict[str, str] = {"status": "starting", "logs": ""}
+        self.setup_result: dict[str, str] = {"status": RunnerStatus.STARTING, "logs": ""}
         self.last_load_time: float | None = None
         #: When the model last finished loading (epoch seconds); None while not loaded.
         self.loaded_at: float | None = None
@@ -262,7 +263,7 @@ class ModelLifecycle:
         self.state = ModelState.LOADED
         self.loaded_at = time.time()
         if setup:
-            self.setup_result["status"] = "succeeded"
+            self.setup_result["status"] = RunnerStatus.SUCCEEDED
         log.info("model %s is ready (loaded in %.3fs)", self.model_id, task.load_time)
 
     def _failed(self, task: LoadTask, error: Exception, setup: bool) -> None:
@@ -270,7 +271,7 @@ class ModelLifecycle:
         task.logs = "".join(traceback.format_exception(error))
         self.state = ModelState.FAILED
         if setup:
-            self.setup_result["status"] = "failed"
+            self.setup_result["status"] = RunnerStatus.FAILED
             self.setup_result["logs"] += task.logs
         log.error("loading model %s failed: %s", self.model_id, task.error)
 

@@ -20,6 +20,15 @@ from runners import protocol as wire
 
 InputType = Literal["string", "integer", "number", "boolean"]
 
+_COG_STATUS_ORDER = (
+    wire.RunnerStatus.STARTING,
+    wire.RunnerStatus.PROCESSING,
+    wire.RunnerStatus.SUCCEEDED,
+    wire.RunnerStatus.CANCELED,
+    wire.RunnerStatus.FAILED,
+)
+"""The prediction statuses in the order coglet's OpenAPI document lists them."""
+
 
 class _NoDefault(enum.Enum):
     NO_DEFAULT = enum.auto()
@@ -158,7 +167,7 @@ def _fixed_schemas() -> dict[str, Any]:
         "Status": {
             "title": "Status",
             "description": "An enumeration.",
-            "enum": ["starting", "processing", "succeeded", "canceled", "failed"],
+            "enum": [status.value for status in _COG_STATUS_ORDER],
             "type": "string",
         },
         "HTTPValidationError": {

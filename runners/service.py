@@ -39,7 +39,7 @@ from runners.metrics import RunnerMetrics
 from runners.model import Model, ModelCacheFlush
 from runners.optokens import OpTokenVerifier
 from runners.prediction import Prediction
-from runners.protocol import FlushScope, HealthStatus, PredictionRequest, Priority
+from runners.protocol import FlushScope, HealthStatus, PredictionRequest, Priority, RunnerStatus
 from runners.ratelimit import TenantRateLimiter
 from runners.resources import CpuMeter, GpuMonitor, process_rss, system_memory
 from runners.scheduler import Scheduler
@@ -155,7 +155,7 @@ class RunnerService:
 
     @property
     def starting(self) -> bool:
-        return self.lifecycle.setup_result["status"] == "starting"
+        return self.lifecycle.setup_result["status"] == RunnerStatus.STARTING
 
     @property
     def uptime(self) -> float:

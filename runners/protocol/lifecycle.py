@@ -16,11 +16,12 @@ from runners.protocol import FlushScope, Operation, QueueBounds, RunnerHealth, _
 NonEmpty = Annotated[str, Field(min_length=1)]
 
 
-class _Request(_Document):
-    verified_op_token: NonEmpty | None = None
+class LifecycleRequest(_Document):
+    verified_op_token: str | None = None
+    """Missing or empty: the call is refused with 401."""
 
 
-class LoadRequest(_Request):
+class LoadRequest(LifecycleRequest):
     """``POST /v1/models/load``. The runner serves one model, so the budget fields are read
     but not acted on; ``evictModel`` is unloaded first."""
 
@@ -65,7 +66,7 @@ class LoadTask(_Document):
     rss_delta_bytes: int | None = None
 
 
-class UnloadRequest(_Request):
+class UnloadRequest(LifecycleRequest):
     """``POST /v1/models/unload``."""
 
     model_id: NonEmpty
@@ -88,7 +89,7 @@ class UnloadResult(_Document):
     rss_delta_bytes: int
 
 
-class FlushRequest(_Request):
+class FlushRequest(LifecycleRequest):
     """``POST /v1/cache/flush``: ``modelId``, ``tenantId`` or ``tag`` names what the scope
     needs (``model`` and ``tenant`` are Conduit's older names for the first two)."""
 

@@ -329,7 +329,10 @@ async def test_every_op_token_rejection_reason(
         return status, answer["code"]
 
     assert await refused(None) == (401, "op-token-required")
+    assert await refused("") == (401, "op-token-required")
     assert await refused("%%%") == (403, "malformed-op-token")
+    status, answer, _ = await call(http, "POST", url, {"modelId": 7, "verifiedOpToken": "x"})
+    assert (status, answer["code"], answer["field"]) == (422, "invalid-field", "modelId")
     assert await refused(op_tokens("model-unload", key=b"x" * 32)) == (403, "bad-signature")
     late = datetime.now(UTC) - timedelta(minutes=6)
     assert await refused(op_tokens("model-unload", now=late)) == (403, "outside-validity-window")
