@@ -156,7 +156,7 @@ async def flush_cache(request: web.Request) -> web.Response:
     body = await _body(request, FlushRequest)
     scope, value = body.scope, body.value
     if scope is not wire.FlushScope.ALL and value is None:
-        field = body.value_field or "scope"
+        field = body.value_field
         raise InvalidFieldError(field, f"{field} must be a non-empty string")
     model = value if scope is wire.FlushScope.MODEL and value else service.model.name
     _authorise(service, body, wire.Operation.CACHE_FLUSH, model)

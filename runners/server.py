@@ -152,7 +152,7 @@ async def _run(
         return _json(existing.snapshot(with_input=True), 202)
     if request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH:
         raise NotRunningError(prediction_id)  # attach only: nothing may start
-    trace = {k: v for k in ("traceparent", "tracestate") if (v := request.headers.get(k))}
+    trace = {k: v for k in wire.TRACE_HEADERS if (v := request.headers.get(k))}
     try:
         admitted = service.submit(prediction_id, body, trace, options)
     except RequestRefused as error:

@@ -69,11 +69,11 @@ class WebhookDispatcher:
         headers = {
             wire.CONTENT_TYPE: wire.JSON,
             wire.ACCEPT: "*/*",
-            "User-Agent": f"coglet/{COG_VERSION}",
+            wire.USER_AGENT: f"coglet/{COG_VERSION}",
             **trace,
         }
         if self.config.webhook_auth_token:
-            headers["Authorization"] = f"Bearer {self.config.webhook_auth_token}"
+            headers[wire.AUTHORIZATION] = f"Bearer {self.config.webhook_auth_token}"
         return WebhookSender(self, url, frozenset(events), headers)
 
     def spawn(self, sender: WebhookSender) -> asyncio.Task[None]:

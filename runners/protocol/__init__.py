@@ -34,6 +34,10 @@ from pydantic.alias_generators import to_camel
 CONTENT_TYPE: Final = "Content-Type"
 ACCEPT: Final = "Accept"
 LOCATION: Final = "Location"
+AUTHORIZATION: Final = "Authorization"
+USER_AGENT: Final = "User-Agent"
+TRACE_HEADERS: Final = ("traceparent", "tracestate")
+"""W3C trace context: a runner passes a prediction request's on to its webhooks."""
 
 # media types
 JSON: Final = "application/json"

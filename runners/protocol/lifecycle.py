@@ -101,11 +101,9 @@ class FlushRequest(LifecycleRequest):
     tenant: NonEmpty | None = None
 
     @property
-    def value_field(self) -> str | None:
-        """The spec's name of the field the scope reads; None for ``all``."""
-        return {FlushScope.MODEL: "modelId", FlushScope.TENANT: "tenantId"}.get(
-            self.scope, None if self.scope is FlushScope.ALL else "tag"
-        )
+    def value_field(self) -> str:
+        """The spec's name of the field the scope reads (``scope`` itself for ``all``)."""
+        return _SCOPE_FIELDS[self.scope]
 
     @property
     def value(self) -> str | None:
@@ -115,6 +113,14 @@ class FlushRequest(LifecycleRequest):
         if self.scope is FlushScope.TENANT:
             return self.tenant_id or self.tenant
         return self.tag if self.scope is FlushScope.TAG else None
+
+
+_SCOPE_FIELDS = {
+    FlushScope.ALL: "scope",
+    FlushScope.MODEL: "modelId",
+    FlushScope.TENANT: "tenantId",
+    FlushScope.TAG: "tag",
+}
 
 
 class ModelCacheFreed(_Document):
