@@ -1,7 +1,8 @@
 """The runner API spec's lifecycle calls (load, unload, cache flush) and ``GET /health``:
 the request documents a runner reads and the answers it sends, by the spec's names.
 
-Each request carries the ``verifiedOpToken`` of its operation (:class:`runners.protocol.Operation`).
+Each request carries the ``verifiedOpToken`` of its operation (:class:`runners.protocol.Operation`);
+:class:`OpTokenEnvelope` is that token's JSON before encoding (:mod:`runners.optokens`).
 """
 
 from __future__ import annotations
