@@ -60,8 +60,9 @@ def release_on_exit_signals(hub: EventHub) -> Iterator[None]:
         chained = previous[signal.Signals(sig)]
         if callable(chained):
             chained(sig, frame)
-        elif chained == signal.SIG_DFL and sig == signal.SIGINT:
-            raise KeyboardInterrupt
+        elif chained == signal.SIG_DFL:  # no server handler: end the process as before
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
 
     for sig in previous:
         signal.signal(sig, handle)

@@ -156,6 +156,9 @@ class EventHub:
                 if await self._waker.client_unblock(reader_id) or not self._stale():
                     return
                 await asyncio.sleep(0.002)
+            # Never blocked under that id: the connection may have been remade by a retry.
+            # Look the id up again before the next read.
+            self._reader_id = None
         except RedisError as error:
             log.debug("waking the event hub failed: %r", error)
         finally:
