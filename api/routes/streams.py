@@ -10,6 +10,11 @@ same event shapes as the live stream (outputs, then log lines, then the error an
 ids ``0-1``, ``0-2``, …; ``Last-Event-ID`` skips those up to it. ``done`` is always sent: an
 id from the expired live stream cannot be matched to a replayed event, and the client must
 still learn that the prediction is over.
+
+A live stream follows the process's one event reader (``api.event_hub``), so a client costs no
+Redis connection. Past the process's waiter cap a stream is refused with 503 before it starts
+(nothing was stored, a retry is safe); at shutdown open streams end without ``done`` and the
+client resumes elsewhere with ``Last-Event-ID``.
 """
 
 from __future__ import annotations
