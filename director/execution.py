@@ -21,7 +21,6 @@ import logging
 from collections.abc import Callable
 from typing import Any, Literal
 
-import aiohttp
 from sqlalchemy.engine import RowMapping
 
 from director import metrics
@@ -38,7 +37,7 @@ from director.runner_monitor import RunnerMonitor
 from runners.protocol import PredictionResponse, Priority, RunnerStatus
 from tracker import store
 from tracker.batch_writes import ran
-from tracker.retry import TRANSIENT
+from tracker.retry import TRANSIENT, UNREACHABLE
 from tracker.states import Status
 from tracker.tracker import AttemptTracker
 from tracker.usage import RunnerTimes
@@ -217,7 +216,7 @@ class Execution:
         try:
             async for snapshot in feed.snapshots():
                 self.attempt.snapshots.put_nowait(snapshot)
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except UNREACHABLE as error:
             log.info("snapshot stream of %s broke off: %r", self.prediction_id, error)
         finally:
             feed.close()

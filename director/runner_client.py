@@ -32,12 +32,12 @@ from multidict import CIMultiDictProxy
 
 from runners import protocol as wire
 from runners.protocol import (
-    ALL_WEBHOOK_EVENTS,
     CapabilitiesDocument,
     HealthCheck,
     PredictionResponse,
     Priority,
 )
+from tracker.retry import UNREACHABLE
 from tracker.usage import UNKNOWN_HARDWARE
 
 log = logging.getLogger(__name__)
@@ -174,7 +174,7 @@ def _refusal(status: int, headers: CIMultiDictProxy[str], text: str) -> RunnerRe
     if status == 503:
         # A full queue answers the spec's error (a Conduit runner's is problem+json too);
         # Cog's "not ready" answers {"error": <message>, "status": "failed"}.
-        if headers.get("Content-Type", "").startswith(wire.PROBLEM_JSON) or _queue_full(text):
+        if headers.get(wire.CONTENT_TYPE, "").startswith(wire.PROBLEM_JSON) or _queue_full(text):
             return RunnerSaturated(text, retry_after)
         return RunnerNotReady(text, retry_after)
     return None
@@ -285,18 +285,15 @@ class RunnerClient:
     ) -> SnapshotFeed | None:
         headers = {
             wire.PREFER: wire.RESPOND_ASYNC,
-            "Accept": f"{wire.NDJSON}, {wire.JSON}",
+            wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}",
             wire.PRIORITY: priority,
             **extra_headers,
         }
         if tenant is not None:
             headers[wire.TENANT_ID] = tenant
-        body = {
-            "id": prediction_id,
-            "input": input,
-            "webhook": webhook,
-            "webhook_events_filter": [event.value for event in ALL_WEBHOOK_EVENTS],
-        }
+        # Every webhook event (the default): the director decides what reaches the client.
+        request = wire.PredictionRequest(id=prediction_id, input=input, webhook=webhook)
+        body = request.model_dump(mode="json", exclude={"context"})
         url = self.base_url + wire.PREDICTION_PATH.format(id=prediction_id)
         try:
             async with asyncio.timeout(START_ANSWER_TIMEOUT):
@@ -312,7 +309,7 @@ class RunnerClient:
                     text = await response.text()
                 finally:
                     response.release()
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except UNREACHABLE as error:
             raise RunnerError(f"runner unreachable: {error!r}") from error
         if response.status == 412:
             raise _NotRunning(text[:500])
@@ -330,7 +327,7 @@ class RunnerClient:
             async with self.session.post(url) as response:
                 await response.read()
                 return response.status == 200
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except UNREACHABLE as error:
             raise RunnerError(f"runner unreachable: {error!r}") from error
 
     async def health_check(self) -> HealthCheck | None:
@@ -342,7 +339,7 @@ class RunnerClient:
                 if response.status != 200:
                     return None
                 return HealthCheck.model_validate(await response.json())
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except (*UNREACHABLE, ValueError):
             return None
 
     async def capabilities(self) -> Capabilities | None:
@@ -361,6 +358,6 @@ class RunnerClient:
                 if response.status in (404, 405):
                     return STOCK_COG
                 return None
-        except (aiohttp.ClientError, TimeoutError) as error:
+        except UNREACHABLE as error:
             log.debug("capabilities not read: %r", error)
             return None

@@ -1,4 +1,5 @@
-"""The one backoff formula every retry loop in Conduit takes its waits from.
+"""The one backoff formula every retry loop in Conduit takes its waits from, and the one list
+of what a failed HTTP exchange with a peer (a runner, a webhook receiver) raises.
 
 It lives with the runners because they import nothing of the rest (they ship alone in a GPU
 image) while everything else may import them: the runner's webhook sender uses it directly,
@@ -10,6 +11,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from typing import Final
+
+import aiohttp
+
+#: A peer that cannot be reached, stops answering, or breaks off mid-answer (aiohttp's own
+#: errors, its timeouts, and socket errors it lets through). Never a refusal: those are answers.
+UNREACHABLE: Final = (aiohttp.ClientError, TimeoutError, OSError)
 
 
 def backoff_delay(

@@ -22,7 +22,7 @@ import yarl
 
 from runners import COG_VERSION
 from runners import protocol as wire
-from runners.backoff import backoff_delay
+from runners.backoff import UNREACHABLE, backoff_delay
 from runners.config import RunnerConfig
 from runners.protocol import WebhookEvent
 
@@ -177,14 +177,14 @@ class WebhookSender:
     async def _post_best_effort(self, payload: dict[str, Any]) -> None:
         try:
             await self._post(payload)
-        except (aiohttp.ClientError, TimeoutError, OSError) as error:
+        except UNREACHABLE as error:
             log.debug("non-terminal webhook to %s failed: %r", self.url, error)
 
     async def _post_with_retries(self, payload: dict[str, Any]) -> None:
         for attempt in range(self._config.webhook_max_retries + 1):
             try:
                 status = await self._post(payload)
-            except (aiohttp.ClientError, TimeoutError, OSError) as error:
+            except UNREACHABLE as error:
                 log.warning("terminal webhook to %s failed: %r", self.url, error)
             else:
                 if status < 300:

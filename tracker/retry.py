@@ -25,7 +25,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from runners.backoff import backoff_delay
+from runners.backoff import UNREACHABLE, backoff_delay
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -48,7 +48,7 @@ TRANSIENT = (
     OSError,
 )
 
-__all__ = ["TRANSIENT", "backoff_delay", "persistently"]
+__all__ = ["TRANSIENT", "UNREACHABLE", "backoff_delay", "persistently"]
 
 #: ``persistently``: 0.1 s doubling to 5 s, each wait within ±20 %.
 PERSISTENT_INITIAL = 0.1

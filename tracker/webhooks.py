@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 import aiohttp
 from standardwebhooks.webhooks import Webhook
 
-from tracker.retry import backoff_delay
+from tracker.retry import UNREACHABLE, backoff_delay
 from tracker.ssrf import BlockedAddress, GuardedResolver, Network, check_webhook_url
 
 #: Seconds to wait before each retry of a terminal webhook: 11 attempts over 27.7 to 33.3 hours
@@ -105,5 +105,5 @@ async def post(
             raise DeliveryFailed(f"receiver answered {response.status}", response.status)
     except BlockedAddress as error:
         raise DeliveryFailed(str(error)) from error
-    except (aiohttp.ClientError, TimeoutError, OSError) as error:
+    except UNREACHABLE as error:
         raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
