@@ -75,7 +75,9 @@ def fingerprint(
     request: dict[str, Any] = {
         "version_id": version_id,
         "deployment": deployment,
-        "body": body.model_dump(mode="json", exclude=_IGNORED_FIELDS),
+        # Python mode: the parsed body is JSON already, and JSON mode cannot encode a lone
+        # surrogate (such a create is refused with 422 afterwards, not a 500 here).
+        "body": body.model_dump(exclude=_IGNORED_FIELDS),
         # The parsed duration, so that "90s" and "1m30s" are the same request.
         "cancel_after": cancel_after.total_seconds() if cancel_after is not None else None,
     }

@@ -116,3 +116,11 @@ def test_idempotent_create_with_a_lone_surrogate_is_422(client: httpx.Client) ->
     problem = assert_problem(client.post(PATH, content=body, headers=headers), 422)
     assert problem["errors"][0]["field"] == "input.prompt"
     assert _count(client) == 0
+
+
+def test_idempotent_create_with_a_lone_surrogate_in_a_key_is_422(client: httpx.Client) -> None:
+    body = b'{"input": {"prompt": "x", "extra": {"a\\udfffb": "c\\udfffd"}}}'
+    headers = {**JSON, "Idempotency-Key": "surrogate-key"}
+    problem = assert_problem(client.post(PATH, content=body, headers=headers), 422)
+    assert problem["errors"][0]["field"] == "input.extra.'a\\udfffb'"
+    assert _count(client) == 0
