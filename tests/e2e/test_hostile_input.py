@@ -3,11 +3,16 @@ naming the field. What is stored reads back and runs, and the account's reads st
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
+
 import httpx
 import pytest
 
-from tests.conftest import ECHO
+from tests.conftest import ECHO, Stack
+from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, create, wait_status
+from tests.fixtures.processes import Launcher
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 JSON = {"Content-Type": "application/json"}
@@ -124,3 +129,32 @@ def test_idempotent_create_with_a_lone_surrogate_in_a_key_is_422(client: httpx.C
     problem = assert_problem(client.post(PATH, content=body, headers=headers), 422)
     assert problem["errors"][0]["field"] == "input.extra.'a\\udfffb'"
     assert _count(client) == 0
+
+
+@pytest.fixture
+def capped(launcher: Launcher, admin: Admin, stack: Stack) -> Iterator[str]:
+    """A deployment of the echo model whose director allows little output and logs."""
+    name = f"test/capped-{uuid.uuid4().hex[:8]}"
+    admin.create_deployment(name, ECHO)
+    _, runner_url = launcher.runner("echo", concurrency=2)
+    director = launcher.director(
+        name, runner_url, concurrency=2, max_output_bytes="2000", max_log_bytes="1000"
+    )
+    yield name
+    director.stop()
+
+
+def test_output_and_logs_past_their_caps_fail_the_prediction(
+    client: httpx.Client, capped: str
+) -> None:
+    path = f"/v1/deployments/{capped}/predictions"
+    # Each output is ~100 bytes and each log line as much: the caps pass in about ten steps,
+    # while the run would take a thousand.
+    long_run = create(client, path, input={"prompt": "o" * 90, "n": 1000, "delay": 0.01})
+    done = wait_status(client, long_run["id"], timeout=60)
+    assert done["status"] == "failed", done["error"]
+    assert "passed the limit" in done["error"]
+    assert len(done["output"] or []) < 100
+    ok = create(client, path, input={"prompt": "fine", "n": 2})
+    assert wait_status(client, ok["id"])["status"] == "succeeded"
+    assert client.get("/v1/predictions").status_code == 200
