@@ -19,8 +19,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from redis.exceptions import ClusterDownError, OutOfMemoryError, ReadOnlyError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ReadOnlyError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -34,9 +34,9 @@ T = TypeVar("T")
 #: Only connection-level failures: psycopg's ``OperationalError`` (connection refused or lost,
 #: server shutting down, too many connections) and ``InterfaceError``, as SQLAlchemy wraps
 #: them; a pool with no connection to give; Redis unreachable, timing out, loading its data
-#: (``BusyLoadingError`` is a connection error) or failing over. A value Postgres refuses
-#: (``DataError``, ``IntegrityError``) or one that cannot be encoded is not an outage:
-#: retrying it changes nothing.
+#: (``BusyLoadingError`` is a connection error), failing over or out of memory. A value
+#: Postgres refuses (``DataError``, ``IntegrityError``) or one that cannot be encoded is not
+#: an outage: retrying it changes nothing.
 TRANSIENT = (
     OperationalError,
     InterfaceError,
@@ -45,6 +45,8 @@ TRANSIENT = (
     RedisTimeoutError,
     ReadOnlyError,
     TryAgainError,
+    ClusterDownError,
+    OutOfMemoryError,
     OSError,
 )
 

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 from psycopg.errors import UntranslatableCharacter
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -157,6 +159,9 @@ async def test_only_connection_failures_are_transient() -> None:
     assert not isinstance(refused, TRANSIENT)
     assert not isinstance(IntegrityError("INSERT", {}, Exception("dup")), TRANSIENT)
     assert isinstance(OperationalError("SELECT", {}, Exception("closed")), TRANSIENT)
+    assert isinstance(RedisConnectionError("gone"), TRANSIENT)
+    assert isinstance(OutOfMemoryError("OOM command not allowed"), TRANSIENT)
+    assert not isinstance(ResponseError("WRONGTYPE"), TRANSIENT)
     attempts = 0
 
     async def attempt() -> None:
