@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.engine import RowMapping
 
 from api.deps import Resources
-from api.errors import InvalidInput, NotFound, Unavailable
+from api.errors import InvalidInput, NotFound
 from api.idempotency import Idempotency
 from api.json_input import canonical_input, text_problem
 from api.pagination import decode_cursor, encode_cursor
@@ -164,25 +164,12 @@ async def create(
         return row, True
     try:
         await resources.queue.enqueue(target.streams_for(account.id), new.id)
-    except RedisError as error:
-        log.error("prediction %s stored but not queued: %r", new.id, error)
-        if idempotency is not None:
-            # The key keeps naming this prediction (a retry with it gets this one back, never a
-            # second) and it stays queued-to-be: the reconciler enqueues it once Redis answers.
-            raise Unavailable(
-                "The queue is unreachable. The prediction was stored and will start when the "
-                "queue is back; retry with the same Idempotency-Key to get it."
-            ) from error
-        await _fail_unqueued(resources, new.id)
-        raise Unavailable("The queue is unreachable; the prediction was not started.") from error
+    except (RedisError, OSError) as error:
+        # Stored, so answered as stored (201, "starting"): a 5xx would make the client retry
+        # into a second prediction. The reconciler enqueues it once Redis answers again, as it
+        # does for an api that died between the commit and the enqueue.
+        log.warning("prediction %s stored, queued once Redis answers: %r", new.id, error)
     return row, False
-
-
-async def _fail_unqueued(resources: Resources, prediction_id: str) -> None:
-    """Close a row whose enqueue failed, so it is never left looking queued."""
-    await store.finish(
-        resources.engine, prediction_id, 0, Status.FAILED, error="the queue was unreachable"
-    )
 
 
 async def cancel(

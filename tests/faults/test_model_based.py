@@ -8,12 +8,12 @@ prediction, the terminal outcomes still possible. Timing is not deterministic, s
 a set that the steps widen: a SIGKILLed director makes ``failed`` (interrupted, dead-lettered)
 possible for whatever it may have claimed; a cancel makes ``canceled`` possible, or certain when
 no director has had the chance to claim the prediction. A Redis restart widens nothing: its AOF
-keeps everything, so every prediction must end as if nothing happened; a create it makes the api
-answer 503 may leave a row failed as never queued. What must hold at every step: an observed
-status never goes backwards and a terminal one never changes; a terminal one is one the model
-allows; ``succeeded`` carries exactly the model's output; idempotent replays give back the same
-id; the list is the account's predictions, newest first, across pages; another account's
-prediction is a 404 indistinguishable from an unknown id.
+keeps everything, so every prediction must end as if nothing happened; a create during it is
+answered 201 as stored (queued once Redis is back) or 503 with nothing stored. What must hold
+at every step: an observed status never goes backwards and a terminal one never changes; a
+terminal one is one the model allows; ``succeeded`` carries exactly the model's output;
+idempotent replays give back the same id; the list is the account's predictions, newest first,
+across pages; another account's prediction is a 404 indistinguishable from an unknown id.
 
 One stack per test (starting processes per example would take minutes); each example gets fresh
 accounts, so every example's list starts empty.
@@ -73,7 +73,6 @@ def outcome(status: str, error: str | None) -> str:
         ("echo failed as requested", "failed:model"),
         ("interrupted", "failed:interrupted"),
         ("dead-letter", "failed:dead-letter"),
-        ("queue was unreachable", "failed:unqueued"),
     ):
         if needle in (error or ""):
             return name
@@ -151,7 +150,6 @@ class Account:
     token: str
     order: list[str] = field(default_factory=list)  # prediction ids, oldest first
     keys: dict[str, Binding] = field(default_factory=dict)
-    ghosts: int = 0  # creates answered 503 that may have left a failed row behind
 
 
 class ApiModel(RuleBasedStateMachine):
@@ -260,8 +258,7 @@ class ApiModel(RuleBasedStateMachine):
     @rule(account=st.integers(0, 2), input=inputs)
     def create(self, account: int, input: dict[str, Any]) -> None:
         response = self._create(account, input, None)
-        if response.status_code == 503:  # stored as failed, maybe: the list will tell
-            self.accounts[account].ghosts += 1
+        if response.status_code == 503:  # nothing stored: the list will tell
             self.stack.counts["503"] += 1
             return
         assert response.status_code == 201, response.text
@@ -288,7 +285,6 @@ class ApiModel(RuleBasedStateMachine):
         def attempt() -> httpx.Response | None:
             response = self._create(account, input, key)
             if response.status_code == 503:
-                self.accounts[account].ghosts += 1  # and the key was released: retry
                 self.stack.counts["503"] += 1
                 return None
             return response
@@ -330,7 +326,6 @@ class ApiModel(RuleBasedStateMachine):
             responses = list(pool.map(lambda _: post(), range(2)))
         codes = [r.status_code for r in responses]
         assert set(codes) <= {201, 409, 503}, [r.text for r in responses]
-        self.accounts[account].ghosts += codes.count(503)  # each may have left a failed row
         self.stack.counts["503"] += codes.count(503)
         made = [r for r in responses if r.status_code == 201]
         fresh = [r for r in made if "idempotent-replayed" not in r.headers]
@@ -442,23 +437,10 @@ class ApiModel(RuleBasedStateMachine):
             assert [p["id"] for p in back["results"]] == [p["id"] for p in pages[-2]["results"]]
 
     def _adopt_ghosts(self, account: int, listed: list[dict[str, Any]]) -> None:
-        """A create answered 503 leaves a row that says it was never queued; nothing else may
+        """A create answered 503 stored nothing (what is stored is answered 201): nothing may
         appear in the list that the model did not make."""
-        acct = self.accounts[account]
         ghosts = [p for p in listed if p["id"] not in self.preds]
-        assert len(ghosts) <= acct.ghosts, f"unknown predictions listed: {ghosts}"
-        for body in ghosts:
-            assert outcome(body["status"], body["error"]) == "failed:unqueued", body
-            acct.ghosts -= 1
-            pred = Pred(body["id"], account, body["input"], {"failed:unqueued"}, False)
-            self.preds[pred.id] = pred
-        if ghosts:
-            positions = {p["id"]: i for i, p in enumerate(listed[::-1])}
-            acct.order = sorted(
-                [*acct.order, *(g["id"] for g in ghosts)], key=positions.__getitem__
-            )
-
-    # -- the system makes progress, and breaks ----------------------------------------------
+        assert not ghosts, f"unknown predictions listed: {ghosts}"
 
     @rule()
     def director_step(self) -> None:
