@@ -258,6 +258,9 @@ class Director:
             except TRANSIENT as error:
                 log.debug("cancel subscription lost: %r", error)
                 await self._pause(1.0)
+            except Exception:  # a cancel listener that stops is a director that ignores cancels
+                log.exception("cancel subscription failed; subscribing again")
+                await self._pause(1.0)
 
     async def _drain(self) -> None:
         tasks = [a.task for a in self.attempts if a.task is not None]
@@ -273,10 +276,14 @@ class Director:
 
 
 async def every(seconds: float, work: Callable[[], Awaitable[None]]) -> None:
-    """Run ``work`` forever, ``seconds`` apart; a backend outage skips a round, no more."""
+    """Run ``work`` forever, ``seconds`` apart; a backend outage skips a round, and so does
+    any other failure (logged): heartbeats and takeovers must never stop for good."""
+    name = getattr(work, "__name__", work)
     while True:
         try:
             await work()
         except TRANSIENT as error:
-            log.debug("%s skipped: %r", getattr(work, "__name__", work), error)
+            log.debug("%s skipped: %r", name, error)
+        except Exception:
+            log.exception("%s failed; trying again in %gs", name, seconds)
         await asyncio.sleep(seconds)

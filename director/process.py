@@ -59,7 +59,11 @@ async def serve(settings: DirectorSettings) -> None:
     webhook_session = open_session(policy)
     dispatcher = Dispatcher(engine, policy, webhook_session)
     outbound = Outbound(
-        engine, EventLog(redis, settings.events_retention), policy, webhook_session, dispatcher
+        engine,
+        EventLog(redis, settings.events_retention, settings.events_max_len),
+        policy,
+        webhook_session,
+        dispatcher,
     )
     try:
         dispatcher.start()

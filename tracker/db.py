@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import orjson
 from sqlalchemy.engine import Engine as SyncEngine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -23,6 +24,11 @@ def make_engine(database_url: str, pool_size: int = 10) -> Engine:
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_recycle=3600,
+        # jsonb keeps numbers as decimals and prints a float such as 1e20 as the integer
+        # 100000000000000000000, which no encoder of Conduit can send on (orjson stops at 64
+        # bits; inputs are refused past it). orjson's parser reads integers beyond 64 bits as
+        # floats: what was stored as a float reads back as one.
+        json_deserializer=orjson.loads,
     )
     return Engine(engine.sync_engine)
 

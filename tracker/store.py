@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any, cast
 
 import orjson
-from psycopg.types.json import set_json_loads
 from sqlalchemy import (
     Float,
     Table,
@@ -40,12 +39,6 @@ predictions = cast(Table, Prediction.__table__)
 usage_records = cast(Table, UsageRecord.__table__)
 idempotency_keys = cast(Table, IdempotencyKey.__table__)
 _UNFINISHED = (Status.STARTING.value, Status.PROCESSING.value)
-
-# jsonb keeps numbers as decimals and prints a float such as 1e20 as the integer
-# 100000000000000000000, which no encoder of Conduit can send on (orjson stops at 64 bits;
-# inputs are refused past it). orjson's parser reads integers beyond 64 bits as floats: what
-# was stored as a float reads back as one. Set for the process before its engine connects.
-set_json_loads(orjson.loads)
 
 
 @dataclass(frozen=True, slots=True)
