@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from tracker import keys
 from tracker.group_commit import Batcher
+from tracker.states import Status
 
 DEFAULT_RETENTION = 3600
 #: Entries kept per stream (about: trimmed with ``MAXLEN ~``).
@@ -54,10 +55,9 @@ def output_text(chunk: Any) -> str:
 
 
 def done_data(status: str) -> str:
-    if status == "canceled":
-        return '{"reason":"canceled"}'
-    if status == "aborted":
-        return '{"reason":"aborted"}'
+    """The ``done`` event's data: why, when the prediction did not run to its end."""
+    if status in (Status.CANCELED, Status.ABORTED):
+        return orjson.dumps({"reason": status}).decode()
     return "{}"
 
 

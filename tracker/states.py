@@ -57,6 +57,10 @@ def sources_of(target: Status) -> tuple[str, ...]:
     return tuple(s.value for s, targets in TRANSITIONS.items() if target in targets)
 
 
+#: The one move back, outside ``TRANSITIONS`` (which a live attempt follows): a run lost with
+#: its director starts over from ``starting`` (``Lifecycle.rerun``; ``store.reset_for_rerun``).
+RERUN_FROM = Status.PROCESSING
+
 #: Statuses that still have a transition ahead: the work a queue entry stands for.
 UNFINISHED: tuple[str, ...] = tuple(s.value for s in Status if not s.is_terminal)
 

@@ -31,14 +31,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from tracker.batch_writes import RETURNED, Claim, Finish, Start, StateWrites
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
-from tracker.states import Status
+from tracker.states import RERUN_FROM, UNFINISHED, Lifecycle, Status, check_transition
 from tracker.tables import IdempotencyKey, Prediction, UsageRecord
 from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 predictions = cast(Table, Prediction.__table__)
 usage_records = cast(Table, UsageRecord.__table__)
 idempotency_keys = cast(Table, IdempotencyKey.__table__)
-_UNFINISHED = (Status.STARTING.value, Status.PROCESSING.value)
+# A queued prediction is canceled on the spot (below): the table must allow it.
+check_transition(Status.STARTING, Status.CANCELED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +223,7 @@ async def request_cancel(
     now = func.now()
     statement = (
         update(predictions)
-        .where(c.id == id, c.account_id == account_id, c.status.in_(_UNFINISHED))
+        .where(c.id == id, c.account_id == account_id, c.status.in_(UNFINISHED))
         .values(
             cancel_requested=True,
             status=case((queued, Status.CANCELED.value), else_=c.status),
@@ -340,8 +341,8 @@ async def reset_for_rerun(engine: AsyncEngine, id: str, attempt: int) -> RowMapp
     c = predictions.c
     statement = (
         update(predictions)
-        .where(c.id == id, c.attempt == attempt, c.status == Status.PROCESSING.value)
-        .values(status=Status.STARTING.value, output=None, logs="", started_at=None)
+        .where(c.id == id, c.attempt == attempt, c.status == RERUN_FROM.value)
+        .values(status=Lifecycle.rerun().status.value, output=None, logs="", started_at=None)
         .returning(predictions)
     )
     async with autocommit(engine).connect() as conn:
