@@ -18,7 +18,9 @@ class EchoModel(Model):
     name: ClassVar[str] = "echo"
     inputs: ClassVar[tuple[InputField, ...]] = (
         InputField("prompt", "string", default="hello", description="Text to echo"),
-        InputField("n", "integer", default=1, ge=1, description="How many outputs to yield"),
+        InputField(
+            "n", "integer", default=1, ge=1, le=100_000, description="How many outputs to yield"
+        ),
         InputField(
             "delay", "number", default=0.0, ge=0, description="Seconds to wait before each output"
         ),

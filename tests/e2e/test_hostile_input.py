@@ -158,3 +158,12 @@ def test_output_and_logs_past_their_caps_fail_the_prediction(
     ok = create(client, path, input={"prompt": "fine", "n": 2})
     assert wait_status(client, ok["id"])["status"] == "succeeded"
     assert client.get("/v1/predictions").status_code == 200
+
+
+def test_an_integral_float_beyond_the_models_bound_is_422(client: httpx.Client) -> None:
+    """JSON Schema counts 7.5e295 as an integer: only the model's own bound keeps it from
+    running (echo would loop until its deadline)."""
+    for n in (7.5e295, 100_001):
+        problem = assert_problem(client.post(PATH, json={"input": {"n": n}}), 422)
+        assert problem["errors"][0]["field"] == "input.n", problem
+    assert _count(client) == 0
