@@ -202,8 +202,7 @@ class AttemptTracker:
         except Unstorable as error:
             self._refuse(str(error))
             return []
-        if size > self.caps.output_bytes:
-            self._refuse(f"the output passed the limit of {_size(self.caps.output_bytes)}")
+        if not self._output_fits(size):
             return []
         self._output_bytes = size
         self.output = [*(self.output if isinstance(self.output, list) else ()), *taken]
@@ -309,6 +308,13 @@ class AttemptTracker:
             self.publishing.dispatcher.wake()
         return row
 
+    def _output_fits(self, size: int) -> bool:
+        """Whether output of ``size`` bytes is within the cap; refuses the run when not."""
+        if size <= self.caps.output_bytes:
+            return True
+        self._refuse(f"the output passed the limit of {_size(self.caps.output_bytes)}")
+        return False
+
     def _last_output(self, output: Any) -> list[tuple[EventType, str]]:
         """Take the terminal snapshot's output (as ``progress`` does); its events."""
         if isinstance(output, list):
@@ -320,8 +326,7 @@ class AttemptTracker:
         except Unstorable as error:
             self._refuse(str(error))
             return []
-        if size > self.caps.output_bytes:
-            self._refuse(f"the output passed the limit of {_size(self.caps.output_bytes)}")
+        if not self._output_fits(size):
             return []
         self.output = value
         if self._published_outputs:
