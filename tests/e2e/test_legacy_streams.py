@@ -5,7 +5,6 @@ while the rollout is under way."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 
@@ -15,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.fixtures.admin import Admin
 from tests.fixtures.predictions import new_predictions
 from tests.fixtures.processes import Launcher
+from tests.fixtures.waiting import until
 from tracker import store
 from tracker.keys import Target
 from tracker.states import Status
@@ -39,24 +39,20 @@ async def _earlier_release_enqueues(
 
 
 async def _wait_succeeded(engine: AsyncEngine, ids: list[str]) -> None:
-    async def all_done() -> None:
-        while True:
-            rows = [await store.get(engine, pid) for pid in ids]
-            statuses = {row["status"] if row else None for row in rows}
-            if statuses == {Status.SUCCEEDED.value}:
-                return
-            assert not statuses & {Status.FAILED.value, Status.ABORTED.value}, rows
-            await asyncio.sleep(0.05)  # polling pace inside the deadline
+    async def statuses() -> set[str | None] | None:
+        rows = [await store.get(engine, pid) for pid in ids]
+        found = {row["status"] if row else None for row in rows}
+        assert not found & {Status.FAILED.value, Status.ABORTED.value}, rows
+        return found if found == {Status.SUCCEEDED.value} else None
 
-    await asyncio.wait_for(all_done(), DEADLINE)
+    await until(statuses, f"{ids} succeeded", DEADLINE)
 
 
 async def _wait_drained(redis: Redis, streams: list[str]) -> None:
-    async def empty() -> None:
-        while any([await redis.xlen(stream) for stream in streams]):
-            await asyncio.sleep(0.05)  # polling pace inside the deadline
+    async def empty() -> bool:
+        return not any([await redis.xlen(stream) for stream in streams])
 
-    await asyncio.wait_for(empty(), DEADLINE)
+    await until(empty, f"{streams} empty", DEADLINE)
 
 
 async def test_untagged_streams_are_drained_by_an_upgraded_director(
