@@ -9,7 +9,6 @@ GET and list stay 200 throughout. Derandomized, with a bounded number of example
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +23,7 @@ from hypothesis import strategies as st
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import TERMINAL
+from tests.fixtures.waiting import wait_for
 
 PATHS = [f"/v1/deployments/{ECHO}/predictions", f"/v1/models/{ECHO}/predictions"]
 
@@ -269,14 +269,12 @@ def _read(http: httpx.Client, read: tuple[str, str | None], created: list[str]) 
 
 
 def _wait_terminal(http: httpx.Client, prediction_id: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+    def terminal() -> bool:
         response = http.get(f"/v1/predictions/{prediction_id}")
         assert response.status_code == 200, response.text
-        if response.json()["status"] in TERMINAL:
-            return
-        assert time.monotonic() < deadline, f"not terminal: {response.text[:500]}"
-        time.sleep(0.05)  # polling interval, not synchronisation: the loop waits on the state
+        return response.json()["status"] in TERMINAL
+
+    wait_for(terminal, f"{prediction_id} terminal", timeout)
 
 
 def _all_terminal(http: httpx.Client, ids: list[str]) -> None:

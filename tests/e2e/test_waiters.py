@@ -17,7 +17,7 @@ from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import wait_status
 from tests.fixtures.processes import Launcher
-from tests.fixtures.waiting import wait_for
+from tests.fixtures.waiting import apace, wait_for
 
 POOL = 8
 WAITERS = 300
@@ -63,7 +63,7 @@ async def test_waiters_share_one_reader_and_none_is_refused(
         while pending:
             connections = await asyncio.to_thread(_api_connections, watcher, before)
             most.append((len(connections), pending))
-            await asyncio.sleep(0.05)  # a sampling rate, not a synchronisation
+            await apace(0.05)  # a sampling rate, not a synchronisation
 
     limits = httpx.Limits(max_connections=WAITERS + 10)
     headers = {"Authorization": f"Bearer {token}"}

@@ -3,7 +3,6 @@ load-task polling."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import aiohttp
 import pytest
 
 from runners.optokens import issue
+from tests.fixtures.waiting import until
 
 KEY = b"k" * 32
 SIGNERS = ["alice", "bob", "carol"]
@@ -42,13 +42,10 @@ async def wait_task(
 ) -> dict[str, Any]:
     """Poll ``GET /v1/models/load/<task_id>`` until the task completes or fails."""
 
-    async def poll() -> dict[str, Any]:
-        while True:
-            async with http.get(f"{url}/v1/models/load/{task_id}") as response:
-                assert response.status == 200
-                body: dict[str, Any] = await response.json()
-            if body["status"] in ("completed", "failed"):
-                return body
-            await asyncio.sleep(0.02)  # polling pace, not synchronisation: the loop checks state
+    async def finished() -> dict[str, Any] | None:
+        async with http.get(f"{url}/v1/models/load/{task_id}") as response:
+            assert response.status == 200
+            body: dict[str, Any] = await response.json()
+        return body if body["status"] in ("completed", "failed") else None
 
-    return await asyncio.wait_for(poll(), deadline)
+    return await until(finished, f"load task {task_id}", deadline, interval=0.02)

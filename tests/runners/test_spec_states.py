@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
+from tests.fixtures.waiting import until
 from tests.runners.control_model import ControlModel
 from tests.runners.lifecycle_calls import Mint, configure, wait_task
 from tests.runners.spec_examples import check, conforms
@@ -83,14 +84,11 @@ async def test_a_load_under_way_and_its_failure(
         task = await response.json()
     assert check("load_accepted", task) == [] and isinstance(task["eta"], int)
 
-    async def loading() -> dict[str, Any]:
-        while True:
-            status, body, _ = await get(http, f"{runner.url}/v1/capabilities")
-            if status == 200 and body["models"]["loading"]:
-                return dict(body)
-            await asyncio.sleep(0.02)  # polling pace: the loop checks the runner's state
+    async def loading() -> dict[str, Any] | None:
+        status, body, _ = await get(http, f"{runner.url}/v1/capabilities")
+        return dict(body) if status == 200 and body["models"]["loading"] else None
 
-    capabilities = await asyncio.wait_for(loading(), DEADLINE)
+    capabilities = await until(loading, "a load in progress", DEADLINE, interval=0.02)
     assert check("capabilities", capabilities) == []
     (entry,) = capabilities["models"]["loading"]
     assert (entry["id"], entry["progress"]) == ("control", 0.5)  # held at the gate
