@@ -65,7 +65,12 @@ class TTLCache(Generic[K, V]):
 
 
 class Catalog:
-    """Cached views of accounts, models, versions (with compiled validators) and deployments."""
+    """Cached views of accounts, models, versions (with compiled validators) and deployments.
+
+    Models, versions and deployments are looked up for an account: one it may not see is
+    None, exactly as one that does not exist. Entries are shared by every account; what each
+    account was granted is cached per account, with the same TTL.
+    """
 
     def __init__(self, engine: AsyncEngine, ttl: float) -> None:
         self.engine = engine
@@ -75,13 +80,68 @@ class Catalog:
         )
         self._models: TTLCache[tuple[str, str], catalog.ModelInfo | None] = TTLCache(ttl)
         self._deployments: TTLCache[tuple[str, str], catalog.DeploymentInfo | None] = TTLCache(ttl)
+        self._grants: TTLCache[int, catalog.Grants] = TTLCache(ttl)
 
     async def account(self, token: str) -> catalog.AccountInfo | None:
         return await self._accounts.get(
             token, lambda: catalog.account_for_token(self.engine, token)
         )
 
+    async def grants(self, account_id: int) -> catalog.Grants:
+        """The private models and deployments granted to the account; a grant or revoke is
+        seen within the TTL, like any other catalog change."""
+        return await self._grants.get(
+            account_id, lambda: catalog.grants_of(self.engine, account_id)
+        )
+
+    async def model(
+        self, account: catalog.AccountInfo, owner: str, name: str
+    ) -> catalog.ModelInfo | None:
+        """The model, or None when it does not exist or ``account`` may not see it: the two are
+        answered alike, so a private name is no oracle."""
+        model = await self._model(owner, name)
+        if model is None:
+            return None
+        return model if await self._sees(account, model, "model") else None
+
     async def version(
+        self, account: catalog.AccountInfo, version_id: str
+    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
+        """A version (with its validator) of a model ``account`` sees, else None."""
+        found = await self._version(version_id)
+        if found is None:
+            return None
+        owner, _, name = found[0].model.partition("/")
+        return found if await self.model(account, owner, name) is not None else None
+
+    async def deployment(
+        self, account: catalog.AccountInfo, owner: str, name: str
+    ) -> catalog.DeploymentInfo | None:
+        """The deployment, or None when it does not exist or ``account`` may not see it."""
+        deployment = await self._deployment(owner, name)
+        if deployment is None:
+            return None
+        return deployment if await self._sees(account, deployment, "deployment") else None
+
+    async def released_version(
+        self, deployment: catalog.DeploymentInfo
+    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
+        """The version a deployment runs: whoever may use the deployment may run it, whether
+        or not it sees the model."""
+        return await self._version(deployment.version_id)
+
+    async def _sees(
+        self,
+        account: catalog.AccountInfo,
+        thing: catalog.ModelInfo | catalog.DeploymentInfo,
+        kind: catalog.Kind,
+    ) -> bool:
+        if catalog.sees(account, thing.owner, thing.visibility, granted=False):
+            return True  # public or its own: no grants to read
+        grants = await self.grants(account.id)
+        return thing.id in (grants.models if kind == "model" else grants.deployments)
+
+    async def _version(
         self, version_id: str
     ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
         async def load() -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
@@ -90,12 +150,12 @@ class Catalog:
 
         return await self._versions.get(version_id, load)
 
-    async def model(self, owner: str, name: str) -> catalog.ModelInfo | None:
+    async def _model(self, owner: str, name: str) -> catalog.ModelInfo | None:
         return await self._models.get(
             (owner, name), lambda: catalog.get_model(self.engine, owner, name)
         )
 
-    async def deployment(self, owner: str, name: str) -> catalog.DeploymentInfo | None:
+    async def _deployment(self, owner: str, name: str) -> catalog.DeploymentInfo | None:
         return await self._deployments.get(
             (owner, name), lambda: catalog.get_deployment(self.engine, owner, name)
         )

@@ -122,6 +122,12 @@ class Model(BaseModel):
     latest_version: Version | None
 
 
+class ModelPage(BaseModel):
+    next: str | None = Field(description="URL of the next (older) page.")
+    previous: str | None = Field(description="URL of the previous (newer) page.")
+    results: list[Model]
+
+
 class DeploymentConfiguration(BaseModel):
     hardware: str
     min_instances: int
@@ -143,6 +149,12 @@ class Deployment(BaseModel):
     owner: str
     name: str
     current_release: DeploymentRelease
+
+
+class DeploymentPage(BaseModel):
+    next: str | None = Field(description="URL of the next (older) page.")
+    previous: str | None = Field(description="URL of the previous (newer) page.")
+    results: list[Deployment]
 
 
 class UsageTotals(BaseModel):

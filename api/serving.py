@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 from sqlalchemy.engine import RowMapping
@@ -16,6 +17,7 @@ from api.errors import InvalidInput, NotFound
 from api.idempotency import Idempotency
 from api.json_input import canonical_input, text_problem
 from api.pagination import decode_cursor, encode_cursor
+from api.priority import honoured
 from api.protocol import PredictionCreate
 from api.validation import check_input
 from tracker import store
@@ -29,6 +31,7 @@ from tracker.states import Status
 from tracker.store import NewPrediction, PageKey
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 VERSION_ID = re.compile(r"^[0-9a-f]{64}$")
 QUALIFIED_VERSION = re.compile(r"^(?P<owner>[^/\s]+)/(?P<name>[^/:\s]+):(?P<id>[0-9a-f]{64})$")
@@ -44,9 +47,13 @@ class Destination:
     target: Target
     deployment_id: int | None = None
     deployment: str | None = None
+    #: The deployment honours ``X-Priority: high`` from anyone who may run it.
+    allow_high_priority: bool = False
 
 
-async def resolve_version_field(resources: Resources, version: str | None) -> Destination:
+async def resolve_version_field(
+    resources: Resources, account: AccountInfo, version: str | None
+) -> Destination:
     """``version`` on ``POST /v1/predictions``: a 64-hex id, ``owner/name:id`` or ``owner/name``."""
     if not version:
         raise InvalidInput("version is required", errors=[_err("version", "Field required")])
@@ -54,13 +61,15 @@ async def resolve_version_field(resources: Resources, version: str | None) -> De
     qualified = QUALIFIED_VERSION.match(version)
     if qualified:
         return await _version_destination(
-            resources, qualified["id"], qualified["owner"], qualified["name"]
+            resources, account, qualified["id"], qualified["owner"], qualified["name"]
         )
     if VERSION_ID.match(version):
-        return await _version_destination(resources, version, None, None)
+        return await _version_destination(resources, account, version, None, None)
     named = MODEL_NAME.match(version)
     if named:
-        return await resolve_model(resources, named["owner"], named["name"], field="version")
+        return await resolve_model(
+            resources, account, named["owner"], named["name"], field="version"
+        )
     raise InvalidInput(
         "version must be a 64-character version id, owner/name:version_id or owner/name",
         errors=[_err("version", "not a version id")],
@@ -68,9 +77,14 @@ async def resolve_version_field(resources: Resources, version: str | None) -> De
 
 
 async def _version_destination(
-    resources: Resources, version_id: str, owner: str | None, name: str | None
+    resources: Resources,
+    account: AccountInfo,
+    version_id: str,
+    owner: str | None,
+    name: str | None,
 ) -> Destination:
-    found = await resources.catalog.version(version_id)
+    # A version of a model the account may not see does not exist for it: same answer.
+    found = await resources.catalog.version(account, version_id)
     if found is None or (owner is not None and found[0].model != f"{owner}/{name}"):
         raise InvalidInput(
             f"Version {version_id} does not exist", errors=[_err("version", "unknown version")]
@@ -85,22 +99,24 @@ async def _version_destination(
 
 
 async def resolve_model(
-    resources: Resources, owner: str, name: str, field: str | None = None
+    resources: Resources, account: AccountInfo, owner: str, name: str, field: str | None = None
 ) -> Destination:
-    model = await resources.catalog.model(owner, name)
+    model = await resources.catalog.model(account, owner, name)
     if model is None or model.latest_version_id is None:
         message = f"Model {owner}/{name} does not exist or has no versions"
         if field:
             raise InvalidInput(message, errors=[_err(field, "unknown model")])
         raise NotFound(message)
-    return await _version_destination(resources, model.latest_version_id, None, None)
+    return await _version_destination(resources, account, model.latest_version_id, None, None)
 
 
-async def resolve_deployment(resources: Resources, owner: str, name: str) -> Destination:
-    deployment = await resources.catalog.deployment(owner, name)
+async def resolve_deployment(
+    resources: Resources, account: AccountInfo, owner: str, name: str
+) -> Destination:
+    deployment = await resources.catalog.deployment(account, owner, name)
     if deployment is None:
         raise NotFound(f"Deployment {owner}/{name} does not exist")
-    found = await resources.catalog.version(deployment.version_id)
+    found = await resources.catalog.released_version(deployment)
     if found is None:
         raise NotFound(f"Deployment {owner}/{name} runs a version that no longer exists")
     info, validator = found
@@ -110,6 +126,7 @@ async def resolve_deployment(resources: Resources, owner: str, name: str) -> Des
         Target.deployment(deployment.full_name, deployment.shards),
         deployment_id=deployment.id,
         deployment=deployment.full_name,
+        allow_high_priority=deployment.allow_high_priority,
     )
 
 
@@ -125,7 +142,9 @@ async def create(
     """Validate, commit the row, then append to the queue: a 201 is never lost.
 
     Returns the row and whether it is a replay: with ``idempotency``, a key already used for
-    the same request gives back that prediction, and nothing is stored or queued.
+    the same request gives back that prediction, and nothing is stored or queued. ``priority``
+    is the one requested; the one stored is what the account is entitled to
+    (:func:`api.priority.honoured`).
     """
     # Canonical first: the schema's messages quote the values, which must be sendable.
     input_json = canonical_input(body.input, resources.settings.max_input_depth)
@@ -140,6 +159,7 @@ async def create(
         except BlockedAddress as error:
             raise InvalidInput(str(error), errors=[_err("webhook", str(error))]) from error
     target = destination.target
+    priority = honoured(priority, account.may_use_high_priority, destination.allow_high_priority)
     new = NewPrediction(
         id=new_prediction_id(),
         account_id=account.id,
@@ -200,14 +220,43 @@ async def list_page(
     resources: Resources, account: AccountInfo, base_url: str, cursor: str | None
 ) -> dict[str, Any]:
     limit = resources.settings.page_size
-    after: PageKey | None = None
-    before: PageKey | None = None
-    if cursor:
-        key, direction = decode_cursor(cursor)
-        after, before = (key, None) if direction == "next" else (None, key)
+    after, before = read_cursor(cursor)
     rows = await store.list_for_account(
         resources.engine, account.id, after=after, before=before, limit=limit + 1
     )
+    page, next_url, previous_url = keyset_page(
+        rows,
+        after,
+        before,
+        limit,
+        f"{base_url}/v1/predictions?cursor=",
+        lambda row: PageKey(row["created_at"], row["id"]),
+    )
+    return {
+        "next": next_url,
+        "previous": previous_url,
+        "results": [render_prediction(row, base_url) for row in page],
+    }
+
+
+def read_cursor(cursor: str | None) -> tuple[PageKey | None, PageKey | None]:
+    """(after, before): where a newest-first page starts, from its ``cursor``."""
+    if not cursor:
+        return None, None
+    key, direction = decode_cursor(cursor)
+    return (key, None) if direction == "next" else (None, key)
+
+
+def keyset_page(
+    rows: Sequence[T],
+    after: PageKey | None,
+    before: PageKey | None,
+    limit: int,
+    url: str,
+    key: Callable[[T], PageKey],
+) -> tuple[Sequence[T], str | None, str | None]:
+    """A page and its next and previous URLs, from up to ``limit + 1`` newest-first rows read
+    after or before a cursor's key (the extra row only says there is more)."""
     more = len(rows) > limit
     if before is not None:
         rows = rows[1:] if more else rows
@@ -215,19 +264,9 @@ async def list_page(
     else:
         rows = rows[:limit]
         has_next, has_previous = more, after is not None
-    url = f"{base_url}/v1/predictions?cursor="
-    next_url = previous_url = None
-    if rows and has_next:
-        next_url = url + encode_cursor(PageKey(rows[-1]["created_at"], rows[-1]["id"]), "next")
-    if rows and has_previous:
-        previous_url = url + encode_cursor(
-            PageKey(rows[0]["created_at"], rows[0]["id"]), "previous"
-        )
-    return {
-        "next": next_url,
-        "previous": previous_url,
-        "results": [render_prediction(row, base_url) for row in rows],
-    }
+    next_url = url + encode_cursor(key(rows[-1]), "next") if rows and has_next else None
+    previous_url = url + encode_cursor(key(rows[0]), "previous") if rows and has_previous else None
+    return rows, next_url, previous_url
 
 
 def _err(field: str, message: str) -> dict[str, str]:

@@ -1,7 +1,14 @@
-"""``conduit admin``: accounts, models (read from a runner), deployments."""
+"""``conduit admin``: accounts, models (read from a runner), deployments, who may use them.
+
+Models and deployments belong to the account their owner names; creating one for an owner
+that has no account creates that account (without a token: ``create-account`` reuses it by
+name and gives it one). Models are public unless made private, deployments private unless
+made public; ``grant`` lets other accounts use a private one.
+"""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import httpx
@@ -41,10 +48,25 @@ async def create_account(engine: AsyncEngine, name: str) -> str:
     return token
 
 
-async def create_model(engine: AsyncEngine, name: str, runner_url: str, shards: int = 8) -> str:
+async def create_model(
+    engine: AsyncEngine,
+    name: str,
+    runner_url: str,
+    shards: int = 8,
+    visibility: str | None = None,
+) -> str:
+    """Register the runner's model as ``OWNER/NAME``. A missing owner account is created (it
+    has no token until ``create-account OWNER``): said on stderr, so a mistyped owner shows."""
     owner, short = split_name(name)
+    chosen = _visibility(visibility)
     schema, cog_version = read_runner_schema(runner_url)
-    return await catalog.create_version(engine, owner, short, schema, cog_version, shards)
+    async with engine.begin() as conn:
+        created = await catalog.ensure_account(conn, owner)
+    if created:
+        _note_new_owner(owner)
+    return await catalog.create_version(
+        engine, owner, short, schema, cog_version, shards, visibility=chosen
+    )
 
 
 async def create_deployment(
@@ -56,13 +78,25 @@ async def create_deployment(
     prediction_timeout: float,
     max_attempts: int = 1,
     priority: str = Priority.NORMAL,
+    visibility: str | None = None,
+    grants: str = "",
+    allow_high_priority: bool | None = None,
 ) -> catalog.DeploymentInfo:
+    """Create a deployment (private unless ``visibility`` says public) or release a new
+    configuration of one; ``grants`` (``acct1,acct2``) may use it. The owner account is
+    created when missing, as for models; granted accounts must exist."""
     owner, short = split_name(name)
     model_owner, model_name = split_name(model)
     if priority not in tuple(Priority):
         raise SystemExit(f"priority must be one of {', '.join(Priority)}, got {priority!r}")
+    chosen = _visibility(visibility)
+    granted = _names(grants)
+    for account in granted:
+        if await catalog.get_account(engine, account) is None:
+            raise SystemExit(f"account {account} does not exist")
+    existed = await catalog.get_account(engine, owner) is not None
     try:
-        return await catalog.create_deployment(
+        deployment = await catalog.create_deployment(
             engine,
             owner,
             short,
@@ -73,6 +107,97 @@ async def create_deployment(
             prediction_timeout,
             max_attempts,
             Priority(priority),
+            visibility=chosen,
+            allow_high_priority=allow_high_priority,
         )
+        for account in granted:
+            await catalog.grant(engine, account, "deployment", owner, short)
     except LookupError as error:
         raise SystemExit(str(error)) from error
+    if not existed:
+        _note_new_owner(owner)
+    return deployment
+
+
+async def grant(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: str) -> list[str]:
+    """Let each of ``accounts`` (``acct1,acct2``) use the private model or deployment."""
+    owner, short = split_name(name)
+    said = []
+    for account in _names(accounts, required=True):
+        try:
+            new = await catalog.grant(engine, account, kind, owner, short)
+        except LookupError as error:
+            raise SystemExit(str(error)) from error
+        said.append(f"{account} {'granted' if new else 'already granted'} {kind} {name}")
+    return said
+
+
+async def revoke(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: str) -> list[str]:
+    """Withdraw grants. An account still sees a public one, or one it owns."""
+    owner, short = split_name(name)
+    said = []
+    for account in _names(accounts, required=True):
+        try:
+            had = await catalog.revoke(engine, account, kind, owner, short)
+        except LookupError as error:
+            raise SystemExit(str(error)) from error
+        said.append(f"{account} {'revoked from' if had else 'had no grant on'} {kind} {name}")
+    return said
+
+
+async def set_visibility(
+    engine: AsyncEngine, kind: catalog.Kind, name: str, visibility: str
+) -> str:
+    owner, short = split_name(name)
+    chosen = _visibility(visibility)
+    assert chosen is not None
+    try:
+        await catalog.set_visibility(engine, kind, owner, short, chosen)
+    except LookupError as error:
+        raise SystemExit(str(error)) from error
+    return f"{kind} {name} is {chosen}"
+
+
+async def entitle_priority(
+    engine: AsyncEngine, account: str | None, deployment: str | None, allowed: bool
+) -> str:
+    """Whether ``X-Priority: high`` is honoured from an account, or on a deployment for every
+    account that may use it. Without it, ``high`` runs at the deployment's priority."""
+    try:
+        if deployment is not None:
+            owner, short = split_name(deployment)
+            await catalog.entitle_deployment_priority(engine, owner, short, allowed)
+            subject = f"deployment {deployment}"
+        elif account is not None:
+            await catalog.entitle_account_priority(engine, account, allowed)
+            subject = f"account {account}"
+        else:
+            raise SystemExit("name an account or a --deployment")
+    except LookupError as error:
+        raise SystemExit(str(error)) from error
+    return f"{subject}: X-Priority: high is {'honoured' if allowed else 'not honoured'}"
+
+
+def _visibility(value: str | None) -> catalog.Visibility | None:
+    if value is None:
+        return None
+    try:
+        return catalog.Visibility(value)
+    except ValueError:
+        allowed = ", ".join(catalog.Visibility)
+        raise SystemExit(f"visibility must be one of {allowed}, got {value!r}") from None
+
+
+def _names(value: str, required: bool = False) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if required and not names:
+        raise SystemExit("expected ACCOUNT[,ACCOUNT...]")
+    return names
+
+
+def _note_new_owner(owner: str) -> None:
+    print(
+        f"created account {owner} to own it (no token: `conduit admin create-account {owner}`"
+        " gives it one)",
+        file=sys.stderr,
+    )

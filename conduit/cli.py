@@ -9,7 +9,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from tracker.priority import Priority
 
@@ -109,7 +109,13 @@ def cmd_create_account(args: argparse.Namespace) -> None:
 def cmd_create_model(args: argparse.Namespace) -> None:
     from conduit import admin
 
-    print(_with_engine(lambda engine: admin.create_model(engine, args.name, args.runner_url)))
+    print(
+        _with_engine(
+            lambda engine: admin.create_model(
+                engine, args.name, args.runner_url, visibility=args.visibility
+            )
+        )
+    )
 
 
 def cmd_create_deployment(args: argparse.Namespace) -> None:
@@ -125,9 +131,52 @@ def cmd_create_deployment(args: argparse.Namespace) -> None:
             args.prediction_timeout,
             args.max_attempts,
             args.priority,
+            visibility=args.visibility,
+            grants=args.grant,
+            allow_high_priority=args.allow_high_priority,
         )
     )
     print(f"{deployment.full_name} release {deployment.release_number}: {deployment.version_id}")
+
+
+def _kind(args: argparse.Namespace) -> tuple[Literal["model", "deployment"], str]:
+    """(kind, OWNER/NAME) from a --model / --deployment pair of options."""
+    return ("model", args.model) if args.model else ("deployment", args.deployment)
+
+
+def cmd_grant(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    kind, name = _kind(args)
+    print("\n".join(_with_engine(lambda engine: admin.grant(engine, args.accounts, kind, name))))
+
+
+def cmd_revoke(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    kind, name = _kind(args)
+    print("\n".join(_with_engine(lambda engine: admin.revoke(engine, args.accounts, kind, name))))
+
+
+def cmd_set_visibility(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    kind, name = _kind(args)
+    print(_with_engine(lambda engine: admin.set_visibility(engine, kind, name, args.visibility)))
+
+
+def cmd_entitle_priority(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    if (args.account is None) == (args.deployment is None):
+        raise SystemExit("entitle-priority: name an ACCOUNT or a --deployment, not both")
+    print(
+        _with_engine(
+            lambda engine: admin.entitle_priority(
+                engine, args.account, args.deployment, not args.withdraw
+            )
+        )
+    )
 
 
 def cmd_op_token(args: argparse.Namespace) -> None:
@@ -141,6 +190,40 @@ def cmd_dev(args: argparse.Namespace) -> None:
     from conduit.dev import run_dev
 
     sys.exit(run_dev(port=args.port))
+
+
+VISIBILITIES = ["public", "private"]
+
+
+def _target(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", metavar="OWNER/NAME")
+    which.add_argument("--deployment", metavar="OWNER/NAME")
+
+
+def _add_sharing(admin_sub: Any) -> None:
+    """Who may use private models and deployments, and who may ask for high priority."""
+    grant = admin_sub.add_parser("grant", help="let accounts use a private model or deployment")
+    grant.add_argument("accounts", metavar="ACCOUNT[,ACCOUNT...]")
+    _target(grant)
+    grant.set_defaults(func=cmd_grant)
+    revoke = admin_sub.add_parser("revoke", help="withdraw grants")
+    revoke.add_argument("accounts", metavar="ACCOUNT[,ACCOUNT...]")
+    _target(revoke)
+    revoke.set_defaults(func=cmd_revoke)
+    visibility = admin_sub.add_parser(
+        "set-visibility", help="make a model or deployment public or private"
+    )
+    _target(visibility)
+    visibility.add_argument("visibility", choices=VISIBILITIES)
+    visibility.set_defaults(func=cmd_set_visibility)
+    entitle = admin_sub.add_parser(
+        "entitle-priority", help="honour X-Priority: high from an account or on a deployment"
+    )
+    entitle.add_argument("account", nargs="?", metavar="ACCOUNT")
+    entitle.add_argument("--deployment", metavar="OWNER/NAME")
+    entitle.add_argument("--withdraw", action="store_true", help="stop honouring it")
+    entitle.set_defaults(func=cmd_entitle_priority)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -172,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     director.add_argument("--concurrency", type=int)
     director.set_defaults(func=cmd_director)
 
-    admin = sub.add_parser("admin", help="manage accounts, models and deployments")
+    admin = sub.add_parser(
+        "admin", help="manage accounts, models, deployments and who may use them"
+    )
     admin_sub = admin.add_subparsers(dest="admin_command", required=True)
     account = admin_sub.add_parser("create-account", help="create an account; prints a token")
     account.add_argument("name")
@@ -180,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
     model = admin_sub.add_parser("create-model", help="register a model version from a runner")
     model.add_argument("name", metavar="OWNER/NAME")
     model.add_argument("--runner-url", required=True)
+    model.add_argument(
+        "--visibility",
+        choices=VISIBILITIES,
+        help="public (default for a new model) or private; unchanged when omitted on an existing",
+    )
     model.set_defaults(func=cmd_create_model)
     deployment = admin_sub.add_parser("create-deployment", help="create or update a deployment")
     deployment.add_argument("name", metavar="OWNER/NAME")
@@ -201,7 +291,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=Priority.NORMAL.value,
         help="X-Priority sent to the runner unless a request sets its own (default normal)",
     )
+    deployment.add_argument(
+        "--visibility",
+        choices=VISIBILITIES,
+        help="private (default for a new deployment) or public; unchanged when omitted on an "
+        "existing one",
+    )
+    deployment.add_argument(
+        "--grant",
+        default="",
+        metavar="ACCOUNT,ACCOUNT",
+        help="accounts that may use it besides its owner (existing grants are kept)",
+    )
+    deployment.add_argument(
+        "--allow-high-priority",
+        action=argparse.BooleanOptionalAction,
+        help="honour X-Priority: high from every account that may use it (unchanged if omitted)",
+    )
     deployment.set_defaults(func=cmd_create_deployment)
+    _add_sharing(admin_sub)
     op_token = admin_sub.add_parser(
         "op-token", help="mint a signed token for one runner lifecycle call"
     )

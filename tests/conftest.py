@@ -78,13 +78,14 @@ class Stack:
 
 @pytest.fixture(scope="session")
 def stack(launcher: Launcher, admin: Admin) -> Stack:
-    """api + echo runner (4 slots) + director for deployment conduit/echo."""
+    """api + echo runner (4 slots) + director for deployment conduit/echo, public: every
+    test's own account runs on it."""
     _, api_url = launcher.api()
     # Everything started from here on renders prediction URLs against this api.
     launcher.env["CONDUIT_PUBLIC_URL"] = api_url
     _, runner_url = launcher.runner("echo", concurrency=4)
     version = admin.create_model(ECHO, runner_url)
-    admin.create_deployment(ECHO, ECHO)
+    admin.create_deployment(ECHO, ECHO, visibility="public")
     launcher.director(ECHO, runner_url, concurrency=4)
     return Stack(api_url, runner_url, version)
 

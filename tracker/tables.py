@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -48,6 +49,8 @@ class Account(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     active: Mapped[bool] = mapped_column(Boolean, server_default="true")
     webhook_secret: Mapped[str] = mapped_column(String(200))
+    #: ``X-Priority: high`` from this account is honoured; otherwise it gets the default.
+    may_use_high_priority: Mapped[bool] = mapped_column(Boolean, server_default="false")
     created_at: Mapped[datetime] = _now()
 
 
@@ -65,9 +68,12 @@ class Model(Base):
     __table_args__ = (UniqueConstraint("owner", "name", name="uq_models_owner_name"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    owner: Mapped[str] = mapped_column(String(200))
+    #: The owning account's name: the API shows it as is, and stream keys and directors'
+    #: ``--deployment`` name it, so the database refuses to rename an account that owns any.
+    owner: Mapped[str] = mapped_column(ForeignKey("accounts.name"))
     name: Mapped[str] = mapped_column(String(200))
     description: Mapped[str | None] = mapped_column(Text)
+    #: ``public``: every account reads and runs it; ``private``: its owner and those granted.
     visibility: Mapped[str] = mapped_column(String(20), server_default="public")
     latest_version_id: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = _now()
@@ -89,8 +95,13 @@ class Deployment(Base):
     __table_args__ = (UniqueConstraint("owner", "name", name="uq_deployments_owner_name"),)
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    owner: Mapped[str] = mapped_column(String(200))
+    #: The owning account's name: the API shows it as is, and stream keys and directors'
+    #: ``--deployment`` name it, so the database refuses to rename an account that owns any.
+    owner: Mapped[str] = mapped_column(ForeignKey("accounts.name"))
     name: Mapped[str] = mapped_column(String(200))
+    #: As for models. The column's default is ``public`` so that rows an earlier release
+    #: writes keep working; ``conduit admin create-deployment`` makes new ones private.
+    visibility: Mapped[str] = mapped_column(String(20), server_default="public")
     model_id: Mapped[int] = mapped_column(ForeignKey("models.id"))
     version_id: Mapped[str] = mapped_column(ForeignKey("versions.id"))
     release_number: Mapped[int] = mapped_column(Integer, server_default="1")
@@ -100,6 +111,29 @@ class Deployment(Base):
     max_attempts: Mapped[int] = mapped_column(Integer, server_default="1")
     #: ``X-Priority`` sent to the runner (high, normal, low) unless a request sets its own.
     priority: Mapped[str] = mapped_column(String(8), server_default=Priority.NORMAL.value)
+    #: ``X-Priority: high`` on this deployment is honoured for every account that may run it.
+    allow_high_priority: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _now()
+
+
+class Grant(Base):
+    """An account may use a private model or deployment it does not own: one row each."""
+
+    __tablename__ = "grants"
+    __table_args__ = (
+        CheckConstraint(
+            "(model_id IS NULL) <> (deployment_id IS NULL)", name="ck_grants_model_or_deployment"
+        ),
+        UniqueConstraint("account_id", "model_id", name="uq_grants_account_model"),
+        UniqueConstraint("account_id", "deployment_id", name="uq_grants_account_deployment"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    model_id: Mapped[int | None] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    deployment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE")
+    )
     created_at: Mapped[datetime] = _now()
 
 

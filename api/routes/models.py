@@ -1,4 +1,8 @@
-"""Models, versions and deployments, read-only over the API (created with ``conduit admin``)."""
+"""Models, versions and deployments, read-only over the API (created with ``conduit admin``).
+
+An account sees public ones, its own and those granted to it; any other is answered exactly
+as a name that does not exist (404, same detail), in lists too.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +10,16 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 
+from api import serving
 from api.deps import AccountDep, Resources, ResourcesDep
-from api.errors import NotFound
+from api.errors import InvalidRequest, NotFound
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
-from api.schemas import Deployment, Model, Version, VersionPage
+from api.schemas import Deployment, DeploymentPage, Model, ModelPage, Version, VersionPage
 from tracker import catalog
-from tracker.catalog import DeploymentInfo, ModelInfo, VersionInfo
+from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
 from tracker.render import iso
+from tracker.store import PageKey
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 #: Every route here: bearer auth, and these problems (see ``api.openapi``).
@@ -67,54 +73,130 @@ def render_deployment(deployment: DeploymentInfo) -> dict[str, Any]:
     }
 
 
-async def _model(resources: Resources, owner: str, name: str) -> ModelInfo:
-    model = await resources.catalog.model(owner, name)
-    if model is None:
+async def _model(resources: Resources, account: AccountInfo, owner: str, name: str) -> ModelInfo:
+    model = await resources.catalog.model(account, owner, name)
+    if model is None:  # or one the account may not see: the same answer
         raise NotFound(f"Model {owner}/{name} does not exist")
     return model
 
 
-async def _version(resources: Resources, model: ModelInfo, version_id: str) -> VersionInfo:
-    found = await resources.catalog.version(version_id)
+async def _version(
+    resources: Resources, account: AccountInfo, model: ModelInfo, version_id: str
+) -> VersionInfo:
+    found = await resources.catalog.version(account, version_id)
     if found is None or found[0].model != f"{model.owner}/{model.name}":
         raise NotFound(f"Version {version_id} of {model.owner}/{model.name} does not exist")
     return found[0]
 
 
+async def _latest(
+    resources: Resources, account: AccountInfo, model: ModelInfo
+) -> VersionInfo | None:
+    if model.latest_version_id is None:
+        return None
+    return await _version(resources, account, model, model.latest_version_id)
+
+
+def _position(key: PageKey) -> catalog.Position:
+    try:
+        return catalog.Position(key.created_at, int(key.id))
+    except ValueError as error:
+        raise InvalidRequest("The cursor is not valid.") from error
+
+
+def _key(item: ModelInfo | DeploymentInfo) -> PageKey:
+    return PageKey(item.created_at, str(item.id))
+
+
+@router.get(
+    "/models",
+    response_model=ModelPage,
+    responses=problems(400, 401, 503),
+    openapi_extra=operation(),
+)
+async def list_models(
+    request: Request, account: AccountDep, resources: ResourcesDep, cursor: str | None = None
+) -> FastJSONResponse:
+    """The models this account may see (public ones, its own, those granted), newest first."""
+    base = resources.base_url(request)
+    limit = resources.settings.page_size
+    after, before = serving.read_cursor(cursor)
+    models = await catalog.list_models(
+        resources.engine,
+        account,
+        after=_position(after) if after else None,
+        before=_position(before) if before else None,
+        limit=limit + 1,
+    )
+    page, next_url, previous_url = serving.keyset_page(
+        models, after, before, limit, f"{base}/v1/models?cursor=", _key
+    )
+    results = [
+        render_model(model, await _latest(resources, account, model), base) for model in page
+    ]
+    return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
+
+
 @router.get("/models/{owner}/{name}", response_model=Model, **_READ)
 async def get_model(
-    request: Request, owner: str, name: str, _: AccountDep, resources: ResourcesDep
+    request: Request, owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    model = await _model(resources, owner, name)
-    latest = None
-    if model.latest_version_id is not None:
-        latest = await _version(resources, model, model.latest_version_id)
+    model = await _model(resources, account, owner, name)
+    latest = await _latest(resources, account, model)
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
 
 
 @router.get("/models/{owner}/{name}/versions", response_model=VersionPage, **_READ)
 async def list_model_versions(
-    owner: str, name: str, _: AccountDep, resources: ResourcesDep
+    owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    model = await _model(resources, owner, name)
+    model = await _model(resources, account, owner, name)
     ids = await catalog.list_versions(resources.engine, model.id)
-    results = [render_version(await _version(resources, model, v)) for v in ids]
+    results = [render_version(await _version(resources, account, model, v)) for v in ids]
     return FastJSONResponse({"next": None, "previous": None, "results": results})
 
 
 @router.get("/models/{owner}/{name}/versions/{version_id}", response_model=Version, **_READ)
 async def get_model_version(
-    owner: str, name: str, version_id: str, _: AccountDep, resources: ResourcesDep
+    owner: str, name: str, version_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    model = await _model(resources, owner, name)
-    return FastJSONResponse(render_version(await _version(resources, model, version_id)))
+    model = await _model(resources, account, owner, name)
+    return FastJSONResponse(render_version(await _version(resources, account, model, version_id)))
+
+
+@router.get(
+    "/deployments",
+    response_model=DeploymentPage,
+    responses=problems(400, 401, 503),
+    openapi_extra=operation(),
+)
+async def list_deployments(
+    request: Request, account: AccountDep, resources: ResourcesDep, cursor: str | None = None
+) -> FastJSONResponse:
+    """The deployments this account may use (public ones, its own, those granted), newest
+    first."""
+    base = resources.base_url(request)
+    limit = resources.settings.page_size
+    after, before = serving.read_cursor(cursor)
+    deployments = await catalog.list_deployments(
+        resources.engine,
+        account,
+        after=_position(after) if after else None,
+        before=_position(before) if before else None,
+        limit=limit + 1,
+    )
+    page, next_url, previous_url = serving.keyset_page(
+        deployments, after, before, limit, f"{base}/v1/deployments?cursor=", _key
+    )
+    results = [render_deployment(deployment) for deployment in page]
+    return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
 
 
 @router.get("/deployments/{owner}/{name}", response_model=Deployment, **_READ)
 async def get_deployment(
-    owner: str, name: str, _: AccountDep, resources: ResourcesDep
+    owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    deployment = await resources.catalog.deployment(owner, name)
-    if deployment is None:
+    deployment = await resources.catalog.deployment(account, owner, name)
+    if deployment is None:  # or one the account may not see: the same answer
         raise NotFound(f"Deployment {owner}/{name} does not exist")
     return FastJSONResponse(render_deployment(deployment))

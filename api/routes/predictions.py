@@ -135,7 +135,7 @@ def _respond(prediction: dict[str, Any], headers: dict[str, str]) -> FastJSONRes
 async def create_prediction(
     request: Request, body: PredictionCreate, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    destination = await serving.resolve_version_field(resources, body.version)
+    destination = await serving.resolve_version_field(resources, account, body.version)
     return await _created(request, resources, account, destination, body)
 
 
@@ -148,7 +148,7 @@ async def create_model_prediction(
     account: AccountDep,
     resources: ResourcesDep,
 ) -> FastJSONResponse:
-    destination = await serving.resolve_model(resources, owner, name)
+    destination = await serving.resolve_model(resources, account, owner, name)
     return await _created(request, resources, account, destination, body)
 
 
@@ -161,7 +161,7 @@ async def create_deployment_prediction(
     account: AccountDep,
     resources: ResourcesDep,
 ) -> FastJSONResponse:
-    destination = await serving.resolve_deployment(resources, owner, name)
+    destination = await serving.resolve_deployment(resources, account, owner, name)
     return await _created(request, resources, account, destination, body)
 
 
