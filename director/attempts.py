@@ -5,6 +5,12 @@ An ``Attempt`` is born when an entry is read (``WAITING`` for a worker slot), ru
 Everything that asks "is this entry, or this prediction, handled here?" asks the registry: the
 read loop (a redelivery of what runs here waits its turn), the heartbeat (which entries to
 renew), the receiver (whose snapshot is this) and the cancel listener.
+
+Each record carries its own ``secret``, drawn when it is born: the receiver takes a runner's
+snapshot for it only on a URL holding that secret (``director.receiver``). A record is never
+re-used: an entry read again, by this process or after a restart, or taken over by another
+director, is a new record with a new secret, and the URL handed out for the old one feeds
+nothing (an attach hands the runner the new URL).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import enum
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -25,6 +32,15 @@ class Stage(enum.Enum):
     RUNNING = "running"  # a worker claims, runs and records it
 
 
+#: Bytes of randomness in an attempt's webhook secret (256 bits; at least 128 are needed).
+SECRET_BYTES = 32
+
+
+def new_secret() -> str:
+    """A URL-safe secret for one attempt's webhook path."""
+    return secrets.token_urlsafe(SECRET_BYTES)
+
+
 @dataclass(eq=False)
 class Attempt:
     entry: Entry
@@ -35,6 +51,9 @@ class Attempt:
     snapshots: asyncio.Queue[PredictionResponse] = field(default_factory=asyncio.Queue)
     #: Set by a cancel published for the prediction (or found flagged in Postgres).
     cancel: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The path segment that proves a webhook comes from the runner this attempt handed its
+    #: URL to (compared in constant time by the receiver); never logged.
+    secret: str = field(default_factory=new_secret, repr=False)
 
     @property
     def prediction_id(self) -> str:

@@ -60,11 +60,11 @@ class Director:
         attempts: Attempts,
         consumer: str,
         outbound: Outbound,
-        webhook_url: Callable[[str, int], str],
+        webhook_url: Callable[[Attempt], str],
     ) -> None:
-        """``writes``: the process's grouped state writes. ``webhook_url(prediction id,
-        attempt)``: where the runner sends that attempt's snapshots (the receiver, which shares
-        ``attempts``)."""
+        """``writes``: the process's grouped state writes. ``webhook_url(attempt)``: where the
+        runner sends that claimed attempt's snapshots (the receiver, which shares ``attempts``;
+        the URL holds the attempt's secret)."""
         self.settings = settings
         self.deployment = deployment
         engine = self.engine = writes.engine

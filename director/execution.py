@@ -11,6 +11,11 @@ A runner that refuses a start (busy, queue full, rate limited, still setting up)
 the prediction by itself: the start is offered again after its ``Retry-After`` (or a backoff)
 for as long as the limits allow. If they pass first, the error says what the runner kept
 answering. Accepted may mean queued inside the runner; the ``start`` webhook marks processing.
+
+The times a runner reports are recorded (and billed) only as far as this director saw the run
+take (``RunnerTimes.within``): from its first offer of the prediction to the runner (for a run
+it follows after a restart, from the start an earlier attempt recorded) to the snapshot that
+ends it, on its own clock.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy.engine import RowMapping
@@ -96,6 +102,9 @@ class Execution:
         self._held_since: float | None = None
         #: When the runner accepted it (loop time); it may queue it before running it.
         self._accepted_at: float | None = None
+        #: When this director first offered it to the runner (loop time): no run the runner
+        #: reports can have begun before. The bound of the times it may report.
+        self._offered_at: float | None = None
         #: Reads the runner's snapshot stream, when it sends one (see ``RunnerClient.start``).
         self._feed_task: asyncio.Task[None] | None = None
         #: Next time (loop time) to look at the cancel flag in Postgres.
@@ -152,6 +161,7 @@ class Execution:
         """Follow a run that an earlier attempt started and the runner is still running
         (``RunnerClient.attach``): its snapshots now come here, the state so far first."""
         self._accepted_at = self._loop.time()
+        self._offered_at = self._accepted_at - self._ran_before()
         self._feed_task = asyncio.create_task(self._read_feed(feed))
         return await self._following()
 
@@ -178,6 +188,8 @@ class Execution:
             if self.attempt.cancel.is_set() or self._loop.time() >= self._limit_at:
                 return False
             retry_after: float | None = None
+            if self._offered_at is None:
+                self._offered_at = self._loop.time()
             try:
                 feed = await self.runner.start(
                     self.prediction_id,
@@ -209,6 +221,30 @@ class Execution:
                 # No offer before the runner's wait is over: a timer that fires a hair early
                 # must not sneak in one more start just short of the deadline.
                 return False
+
+    def _ran_before(self) -> float:
+        """Seconds the run followed by ``resume`` had run when this attempt took it over: since
+        the start an earlier attempt recorded (``started_at``, the database's clock, read on
+        this director's wall clock; skew between the two moves the bound by as much)."""
+        started = self.tracker.state.get("started_at")
+        if not isinstance(started, datetime):
+            return 0.0
+        return max(0.0, (datetime.now(UTC) - started).total_seconds())
+
+    def _observed(self, reported: RunnerTimes) -> RunnerTimes:
+        """``reported`` bounded by the time this director saw the run take (module docstring)."""
+        offered = self._offered_at
+        observed = 0.0 if offered is None else self._loop.time() - offered
+        times = reported.within(observed)
+        if times != reported:
+            log.warning(
+                "runner reported %s for %s, more than the %.3fs it was seen running: recorded %s",
+                reported.public_metrics(),
+                self.prediction_id,
+                observed,
+                times.public_metrics(),
+            )
+        return times
 
     async def _read_feed(self, feed: SnapshotFeed) -> None:
         """Pass the runner's streamed snapshots on, as the receiver does its webhooks. If the
@@ -314,7 +350,7 @@ class Execution:
 
     async def _apply(self, snapshot: PredictionResponse) -> RowMapping | bool | None:
         """Apply one snapshot. Returns the terminal row, True if fenced out, None to go on."""
-        times = RunnerTimes.from_metrics(snapshot.metrics)
+        times = self._observed(RunnerTimes.from_metrics(snapshot.metrics))
         starts = snapshot.status is RunnerStatus.PROCESSING or (
             snapshot.status.is_terminal
             and self.tracker.announces_start

@@ -51,7 +51,7 @@ class AttemptHandler:
         outbound: Outbound,
         claims: Claims,
         reclaimer: Reclaimer,
-        webhook_url: Callable[[str, int], str],
+        webhook_url: Callable[[Attempt], str],
         on_cancel_ignored: Callable[[], None],
     ) -> None:
         self.settings = settings
@@ -108,7 +108,9 @@ class AttemptHandler:
         if row["status"] != Status.PROCESSING.value:
             return await self._execute(attempt, self._tracker(row, publishing), row)
         # Left running by a dead director: follow it, run it again, or fail it as interrupted.
-        webhook = self.webhook_url(entry.prediction_id, row["attempt"])
+        # The attach hands the runner this attempt's URL: what the dead director's URL fed
+        # before now feeds nothing.
+        webhook = self.webhook_url(attempt)
         feed = await attach(self.runner, self.monitor, row, webhook, self._priority(row))
         if feed is not None:
             tracker = self._tracker(row, publishing, Lifecycle.resumed())
@@ -154,7 +156,7 @@ class AttemptHandler:
             runner=self.runner,
             tracker=tracker,
             attempt=attempt,
-            webhook=self.webhook_url(attempt.prediction_id, row["attempt"]),
+            webhook=self.webhook_url(attempt),
             timeout=self.deployment.prediction_timeout,
             cancel_in=cancel_in,
             cancel_grace=self.settings.cancel_grace,

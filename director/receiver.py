@@ -1,48 +1,105 @@
 """The director's inbox for runner webhooks (aiohttp.web).
 
-Runners POST their snapshots to ``/runner/<prediction id>/<attempt>``; the receiver hands each
-to the attempt it belongs to (looked up in the director's registry) and answers at once. A
-snapshot for an attempt that is no longer in flight (a stale runner, a previous attempt) is
-acknowledged and dropped.
+Runners POST their snapshots to ``/runner/<prediction id>/<attempt>/<secret>``, the URL the
+director handed the runner with that attempt's start (or attach). The secret is the attempt's
+own (``Attempt.secret``, 256 random bits, drawn when the attempt was born): whoever can reach
+the receiver but was not handed the URL cannot forge a prediction's output, status or times.
+A URL is good for one attempt only, in one process: a restarted director, or another one that
+took the prediction over, draws new secrets and hands the runner its new URL when it attaches,
+so snapshots sent to an old URL feed nothing.
+
+Every path that does not name an attempt in flight here by its secret (a wrong secret, another
+attempt's, an attempt that ended, the path shape of earlier releases) gets the same 404, and
+secrets are compared in constant time: the answer tells nothing about which part was wrong. A
+body past ``max_body`` (16 MiB) is refused with 413 before anything is taken from it.
+
+The receiver listens on loopback unless told otherwise (``CONDUIT_DIRECTOR_RECEIVER_HOST``);
+``CONDUIT_DIRECTOR_RECEIVER_URL`` is how runners on other hosts reach it, when it listens on
+a reachable address. Its ``/health`` and ``/metrics`` carry nothing a runner could forge.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import socket
+from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 
-from director.attempts import Attempts
+from director.attempts import Attempt, Attempts, new_secret
 from director.metrics import REGISTRY
 from runners.protocol import PredictionResponse
 
 log = logging.getLogger(__name__)
 
+#: Largest snapshot body the receiver reads. Output past it reaches the director only through
+#: a Conduit runner's snapshot stream, which the start request reads instead.
+MAX_BODY = 16 * 1024 * 1024
+#: Seconds the rest of a refused body is read and dropped before the connection closes
+#: (aiohttp's default is 10): long enough for a runner on the same network to finish sending
+#: and read the answer, short enough that forged uploads hold no connection for long and do
+#: not hold up a director's shutdown.
+LINGER = 1.0
+PROBLEM_JSON = "application/problem+json"
+PATH_PREFIX = "/runner/"
+#: Compared against when no attempt matches, so an unknown prediction costs the same as a
+#: wrong secret.
+_DECOY = new_secret().encode()
+
+
+def _problem(status: int, title: str, detail: str, **extra: Any) -> web.Response:
+    body = {"type": "about:blank", "title": title, "status": status, "detail": detail, **extra}
+    return web.Response(body=orjson.dumps(body), status=status, content_type=PROBLEM_JSON)
+
+
+def _not_found() -> web.Response:
+    """The one answer to every path that does not name an attempt in flight by its secret."""
+    return _problem(404, "Not Found", "no attempt in flight here answers to this URL")
+
 
 class Receiver:
-    def __init__(self, host: str, port: int, public_url: str | None, attempts: Attempts) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        public_url: str | None,
+        attempts: Attempts,
+        max_body: int = MAX_BODY,
+    ) -> None:
         self.host = host
         self.port = port
         self._public_url = public_url
         self.attempts = attempts
+        self.max_body = max_body
         self._runner: web.AppRunner | None = None
 
     @property
     def public_url(self) -> str:
-        return self._public_url or f"http://{self.host}:{self.port}"
+        return (self._public_url or f"http://{self.host}:{self.port}").rstrip("/")
 
-    def webhook_url(self, prediction_id: str, attempt: int) -> str:
-        return f"{self.public_url}/runner/{prediction_id}/{attempt}"
+    def webhook_url(self, attempt: Attempt) -> str:
+        """Where the runner sends this attempt's snapshots. The attempt must be claimed (its
+        lease holds the attempt number the claim gave it)."""
+        number = attempt.lease.attempt
+        if number is None:
+            raise ValueError(f"attempt for {attempt.prediction_id} is not claimed yet")
+        return f"{self.public_url}{PATH_PREFIX}{attempt.prediction_id}/{number}/{attempt.secret}"
 
-    async def start(self) -> None:
-        app = web.Application(client_max_size=128 * 1024 * 1024)
-        app.router.add_post("/runner/{prediction_id}/{attempt}", self._webhook)
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        # One route for every /runner/ path, so a path of the wrong shape is answered exactly
+        # as a wrong secret is (aiohttp's own 404 would differ).
+        app.router.add_post(PATH_PREFIX + "{path:.*}", self._webhook)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None, lingering_time=LINGER)
         await self._runner.setup()
         # Bind the socket ourselves so port 0 (any free port) can be read back.
         sock = socket.create_server((self.host, self.port), reuse_port=False)
@@ -60,16 +117,46 @@ class Receiver:
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "inflight": len(self.attempts)})
 
-    async def _webhook(self, request: web.Request) -> web.Response:
-        prediction_id = request.match_info["prediction_id"]
-        try:
-            attempt = int(request.match_info["attempt"])
-            snapshot = PredictionResponse.model_validate_json(await request.read())
-        except (ValueError, ValidationError) as error:
-            log.warning("bad runner webhook for %s: %s", prediction_id, error)
-            return web.json_response({"error": "invalid payload"}, status=400)
+    def _addressee(self, path: str) -> Attempt | None:
+        """The attempt in flight that ``<prediction id>/<attempt>/<secret>`` names, if any."""
+        parts = path.split("/")
+        if len(parts) != 3:
+            return None
+        prediction_id, number, secret = parts
         target = self.attempts.for_prediction(prediction_id)
-        if target is None or target.lease.attempt != attempt:
-            return web.json_response({"ignored": True})
+        expected = target.secret.encode() if target is not None else _DECOY
+        # Constant time in the secret; the comparison runs whatever else is wrong.
+        matches = hmac.compare_digest(expected, secret.encode())
+        if target is None or not matches or str(target.lease.attempt) != number:
+            return None
+        return target
+
+    async def _webhook(self, request: web.Request) -> web.Response:
+        target = self._addressee(request.match_info["path"])
+        if target is None:
+            log.debug("runner webhook refused: no attempt in flight answers to its URL")
+            return _not_found()
+        if request.content_length is not None and request.content_length > self.max_body:
+            return self._too_large(target)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:  # chunked, so only reading told
+            return self._too_large(target)
+        try:
+            snapshot = PredictionResponse.model_validate_json(body)
+        except ValidationError as error:
+            log.warning("bad runner webhook for %s: %s", target.prediction_id, error)
+            field, why = "body", "unreadable"
+            for detail in error.errors()[:1]:
+                field = ".".join(str(part) for part in detail["loc"]) or field
+                why = detail["msg"]
+            return _problem(400, "Bad Request", f"invalid snapshot: {why} ({field})", field=field)
         target.snapshots.put_nowait(snapshot)
         return web.json_response({})
+
+    def _too_large(self, target: Attempt) -> web.Response:
+        log.warning(
+            "runner webhook for %s refused: body over %d bytes", target.prediction_id, self.max_body
+        )
+        detail = f"a snapshot may be at most {self.max_body} bytes"
+        return _problem(413, "Content Too Large", detail, field="body")

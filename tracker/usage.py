@@ -3,6 +3,9 @@
 A run's times come from its runner's terminal snapshot (``metrics``): ``predict_time`` (Cog's,
 seconds the model ran), and two Conduit extensions a stock Cog runner does not send,
 ``queue_wait_time`` (seconds queued inside the runner before a slot freed) and ``gpu_time``.
+
+A runner's word is never billed past what its director saw: ``RunnerTimes.within`` bounds the
+reported times by the director's own observation of the run (see there).
 """
 
 from __future__ import annotations
@@ -47,6 +50,28 @@ class RunnerTimes:
             "gpu_time": self.gpu_time,
         }
         return {name: value for name, value in reported.items() if value is not None}
+
+    def within(self, observed: float) -> RunnerTimes:
+        """These times as far as ``observed`` seconds allow: the wall time the director saw
+        the run take, on its own clock, from handing the prediction to the runner to taking
+        its end.
+
+        ``predict_time`` is billed as reported (``billable_seconds``, ``cpu_time``), and the
+        reports arrive over a network: a runner that lies, or anyone who learned a webhook
+        URL, could otherwise bill an account for hours of a one-second run. An honest runner
+        is never cut: its run and its queue wait happen inside the director's window, one
+        after the other. So ``predict_time`` is at most ``observed``, ``queue_wait_time`` at
+        most what is left of it after the run, and ``gpu_time`` (the run's time on a GPU) at
+        most ``observed`` as well.
+        """
+        window = max(observed, 0.0)
+        predict = _at_most(self.predict_time, window)
+        queued = _at_most(self.queue_wait_time, window - (predict or 0.0))
+        return RunnerTimes(predict, queued, _at_most(self.gpu_time, window))
+
+
+def _at_most(value: float | None, limit: float) -> float | None:
+    return None if value is None else min(value, limit)
 
 
 def _seconds(value: Any) -> float | None:
