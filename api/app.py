@@ -1,9 +1,9 @@
 """The public API: Replicate-compatible routes over Postgres and the Redis Streams queue.
 
 ``create_app(settings)`` builds the app; the lifespan opens one engine, one Redis pool, the
-event hub (one reader of event streams for all waiters) and the catalog cache on ``app.state``
-and closes them at exit. The API never runs predictions: it
-stores them, queues them and reports on them.
+event hub (one reader of event streams for all waiters), the catalog cache, the bearer-token
+authenticator and the stream URL signer on ``app.state`` and closes them at exit. The API never
+runs predictions: it stores them, queues them and reports on them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from api import errors, openapi
+from api.auth import Authenticator
 from api.cache import Catalog
 from api.deps import Resources
 from api.event_hub import EventHub
@@ -28,10 +29,13 @@ from api.routes import health, models, predictions, streams, usage, webhooks
 from api.settings import ApiSettings
 from director.queue import Queue
 from director.queue import connect as connect_redis
+from tracker import catalog
+from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
 from tracker.group_commit import Batcher
+from tracker.render import sign_stream_urls
 from tracker.store import insert_predictions
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
@@ -89,6 +93,10 @@ def create_app(settings: ApiSettings) -> FastAPI:
             settings.max_waiters,
             settings.events_block_ms,
         )
+        signer = StreamUrlSettings().signer(redis)
+        # Not fatal: with Redis away the api still starts, and retries on later requests.
+        await signer.reload()
+        sign_stream_urls(signer)
         policy = WebhookSettings().policy(settings.public_url or "")
         webhook_session = open_session(policy)
         dispatcher = Dispatcher(engine, policy, webhook_session)
@@ -98,6 +106,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
             redis=redis,
             queue=Queue(redis),
             catalog=Catalog(engine, settings.cache_ttl),
+            auth=Authenticator(functools.partial(catalog.account_for_token, engine), settings),
+            stream_signer=signer,
             events=EventLog(redis, settings.events_retention),
             hub=hub,
             webhooks=policy,
@@ -115,6 +125,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             await app.state.resources.queue.close()
             await dispatcher.stop()
             await webhook_session.close()
+            sign_stream_urls(None)
             await redis.aclose()
             await engine.dispose()
 

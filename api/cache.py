@@ -1,7 +1,8 @@
-"""Per-process read-through caches for what every request looks up (tokens, versions, ...).
+"""Per-process read-through caches for what every request looks up (models, versions, ...).
 
-These change rarely and are read on every create; a short TTL keeps a revoked token or a new
-release visible within seconds without a Postgres round trip per request.
+These change rarely and are read on every create; a short TTL keeps a new release or a revoked
+grant visible within seconds without a Postgres round trip per request. (Tokens are cached
+apart, in ``api.auth``.)
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class TTLCache(Generic[K, V]):
 
 
 class Catalog:
-    """Cached views of accounts, models, versions (with compiled validators) and deployments.
+    """Cached views of models, versions (with compiled validators) and deployments.
 
     Models, versions and deployments are looked up for an account: one it may not see is
     None, exactly as one that does not exist. Entries are shared by every account; what each
@@ -74,18 +75,12 @@ class Catalog:
 
     def __init__(self, engine: AsyncEngine, ttl: float) -> None:
         self.engine = engine
-        self._accounts: TTLCache[str, catalog.AccountInfo | None] = TTLCache(ttl)
         self._versions: TTLCache[str, tuple[catalog.VersionInfo, Draft7Validator | None] | None] = (
             TTLCache(ttl)
         )
         self._models: TTLCache[tuple[str, str], catalog.ModelInfo | None] = TTLCache(ttl)
         self._deployments: TTLCache[tuple[str, str], catalog.DeploymentInfo | None] = TTLCache(ttl)
         self._grants: TTLCache[int, catalog.Grants] = TTLCache(ttl)
-
-    async def account(self, token: str) -> catalog.AccountInfo | None:
-        return await self._accounts.get(
-            token, lambda: catalog.account_for_token(self.engine, token)
-        )
 
     async def grants(self, account_id: int) -> catalog.Grants:
         """The private models and deployments granted to the account; a grant or revoke is

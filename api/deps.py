@@ -10,11 +10,12 @@ from redis.asyncio import Redis
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from api.auth import Authenticator
 from api.cache import Catalog
-from api.errors import Unauthenticated
 from api.event_hub import EventHub
 from api.settings import ApiSettings
 from director.queue import Queue
+from tracker.capabilities import StreamSigner
 from tracker.catalog import AccountInfo
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
@@ -32,6 +33,10 @@ class Resources:
     redis: Redis
     queue: Queue
     catalog: Catalog
+    #: Bearer tokens: their cache, and the budget of failed attempts per client address.
+    auth: Authenticator
+    #: Signs and checks ``urls.stream`` (the same signer ``tracker.render`` signs with).
+    stream_signer: StreamSigner
     events: EventLog
     #: The process's one reader of event streams, for every ``Prefer: wait`` and SSE client.
     hub: EventHub
@@ -50,6 +55,10 @@ async def get_resources(request: Request) -> Resources:
     # async on purpose: FastAPI runs a plain ``def`` dependency in a worker thread, a thread
     # hand-off on every request for a dictionary lookup.
     resources: Resources = request.app.state.resources
+    if not resources.stream_signer.ready:
+        # The shared key could not be read at startup (Redis away): try again, at most every
+        # few seconds; until then stream URLs are the plain ones.
+        await resources.stream_signer.reload()
     return resources
 
 
@@ -57,14 +66,7 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
 async def get_account(request: Request, resources: ResourcesDep) -> AccountInfo:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthenticated()
-    account = await resources.catalog.account(token.strip())
-    if account is None or not account.active:
-        raise Unauthenticated()
-    return account
+    return await resources.auth.account(request)
 
 
 AccountDep = Annotated[AccountInfo, Depends(get_account)]

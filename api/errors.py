@@ -3,14 +3,21 @@
 Exception tree::
 
     Problem                 any error with an HTTP status; routes raise its subclasses
-    ├── Unauthenticated     401: missing or unknown bearer token
+    ├── Unauthenticated     401: missing or unknown bearer token, or a stream URL's signature
+    │                            that no key made (``code: "invalid_signature"``)
+    ├── Forbidden           403: a genuine stream URL past its expiry
+    │                            (``code: "expired_signature"``)
     ├── NotFound            404: unknown resource, or another account's prediction
     ├── InvalidRequest      400: malformed JSON or a body of the wrong shape
     ├── InvalidInput        422: a field failed validation (``errors`` names each field)
     ├── Conflict            409: the request collides with one still in progress (may carry
     │                            Retry-After), e.g. a create reusing an ``Idempotency-Key``
     ├── PayloadTooLarge     413: body over ``max_body_bytes``
+    ├── RateLimited         429: too many failed authentications from the client's address
+    │                            (``code: "rate_limited"``, with Retry-After)
     └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
+
+A problem may carry ``code``, a stable machine-readable name beside the human ``detail``.
 
 Database errors: only a connection-level failure (``tracker.retry.TRANSIENT``) is a 503. A value
 Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400, a
@@ -46,19 +53,30 @@ class Problem(Exception):
         *,
         errors: list[dict[str, Any]] | None = None,
         headers: dict[str, str] | None = None,
+        code: str | None = None,
     ) -> None:
         super().__init__(detail)
         self.detail = detail
         self.errors = errors
         self.headers = headers or {}
+        self.code = code
 
 
 class Unauthenticated(Problem):
     status = 401
     title = "Unauthenticated"
 
-    def __init__(self, detail: str = "You did not pass a valid authentication token") -> None:
-        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"})
+    def __init__(
+        self,
+        detail: str = "You did not pass a valid authentication token",
+        code: str | None = None,
+    ) -> None:
+        super().__init__(detail, headers={"WWW-Authenticate": "Bearer"}, code=code)
+
+
+class Forbidden(Problem):
+    status = 403
+    title = "Forbidden"
 
 
 class NotFound(Problem):
@@ -96,6 +114,14 @@ class PayloadTooLarge(Problem):
     title = "Request body too large"
 
 
+class RateLimited(Problem):
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)}, code="rate_limited")
+
+
 class Unavailable(Problem):
     status = 503
     title = "Service unavailable"
@@ -113,10 +139,13 @@ def problem_response(
     errors: list[dict[str, Any]] | None = None,
     headers: dict[str, str] | None = None,
     type: str = "about:blank",
+    code: str | None = None,
 ) -> JSONResponse:
     body: dict[str, Any] = {"type": type, "title": title, "status": status, "detail": detail}
     if instance:
         body["instance"] = instance
+    if code:
+        body["code"] = code
     if errors:
         body["errors"] = errors
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
@@ -136,6 +165,7 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
         instance=request.url.path,
         errors=exc.errors,
         headers=exc.headers,
+        code=exc.code,
     )
 
 

@@ -26,10 +26,13 @@ _PROBLEMS: dict[int, str] = {
     400: "The request is malformed: invalid JSON, a header or cursor that cannot be read, or a "
     "value the database cannot store (a NUL character).",
     401: "No bearer token, or one that names no active account.",
+    403: "The stream URL's signature is genuine but past its expiry (code expired_signature).",
     404: "No such resource, or it belongs to another account.",
     409: "A create with this Idempotency-Key is still in progress; retry after Retry-After.",
     413: "The request body is larger than the server accepts.",
     422: "A field of the request failed validation; errors names each one.",
+    429: "Too many failed authentications from this address (code rate_limited); retry after "
+    "Retry-After. A token this server has already verified is not refused.",
     503: "Postgres or Redis is unreachable; retry after Retry-After.",
 }
 
@@ -42,6 +45,7 @@ _RETRY_AFTER = _header("Seconds to wait before retrying.", {"type": "integer"})
 _PROBLEM_HEADERS: dict[int, dict[str, Any]] = {
     401: {"WWW-Authenticate": _header('"Bearer".')},
     409: {"Retry-After": _RETRY_AFTER},
+    429: {"Retry-After": _RETRY_AFTER},
     503: {"Retry-After": _RETRY_AFTER},
 }
 
@@ -121,11 +125,16 @@ CREATED_HEADERS: dict[str, Any] = {
 }
 
 
-def operation(*headers: dict[str, Any], auth: bool = True) -> dict[str, Any]:
-    """``openapi_extra=`` for a route: its bearer security and the headers it reads."""
+def operation(
+    *headers: dict[str, Any], auth: bool = True, anonymous: bool = False
+) -> dict[str, Any]:
+    """``openapi_extra=`` for a route: its bearer security and the headers it reads.
+
+    ``anonymous``: the bearer token is one way in, and the request may also go without it (a
+    stream's capability URL carries its own credential)."""
     extra: dict[str, Any] = {}
     if auth:
-        extra["security"] = [{BEARER: []}]
+        extra["security"] = [{BEARER: []}, {}] if anonymous else [{BEARER: []}]
     if headers:
         extra["parameters"] = list(headers)
     return extra
@@ -156,6 +165,9 @@ def document(app: FastAPI) -> dict[str, Any]:
         for op in path.values():
             _drop_fastapi_422(op["responses"])
             _events_not_string(op["responses"])
+            if {BEARER: []} in op.get("security", []):
+                # Any bearer token may meet its address's budget of failures (``api.auth``).
+                op["responses"].setdefault("429", problems(429)[429])
     return doc
 
 

@@ -44,6 +44,10 @@ class Problem(BaseModel):
     status: int = Field(description="The HTTP status code, repeated.")
     detail: str = Field(description="What went wrong with this request, for a person.")
     instance: str | SkipJsonSchema[None] = _absent("The request's path.")
+    code: str | SkipJsonSchema[None] = _absent(
+        "A stable name of the problem, where one helps a program react: rate_limited, "
+        "invalid_signature, expired_signature."
+    )
     errors: list[ProblemError] | SkipJsonSchema[None] = _absent(
         "Each field at fault, when the problem is about fields."
     )

@@ -29,6 +29,18 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = 10 * 1024 * 1024
     #: Seconds that tokens, models, versions and deployments are cached in each process.
     cache_ttl: float = 5.0
+    #: Unknown tokens remembered (each for ``cache_ttl``), apart from the valid ones: a flood
+    #: of made-up tokens evicts only its own kind.
+    unknown_tokens_cached: int = Field(10_000, ge=1)
+    #: Failed authentications a client address may make per minute, after a burst of
+    #: ``auth_failure_burst``; past that, tokens this process has not already verified get
+    #: 429 without a database query. Per api process; IPv6 addresses count per /64.
+    auth_failures_per_minute: float = Field(20.0, gt=0)
+    auth_failure_burst: int = Field(20, ge=1)
+    #: Comma-separated addresses or networks of reverse proxies whose ``X-Forwarded-For`` names
+    #: the client (e.g. ``127.0.0.1`` or ``10.0.0.0/8``). Empty: the peer of the connection is
+    #: the client, and ``X-Forwarded-For`` is ignored.
+    trusted_proxies: str = ""
     page_size: int = Field(100, ge=1, le=1000)
     db_pool_size: int = 10
     #: Redis connections for commands, per process; a command waits for a free one. Waiters

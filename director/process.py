@@ -21,9 +21,11 @@ from director.receiver import Receiver
 from director.runner_client import RunnerClient
 from director.settings import DirectorSettings
 from tracker.batch_writes import StateWrites
+from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.render import sign_stream_urls
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
 
@@ -66,6 +68,8 @@ async def serve(settings: DirectorSettings) -> None:
         dispatcher,
     )
     try:
+        # Webhook bodies carry urls.stream signed with the key the api checks.
+        sign_stream_urls(await StreamUrlSettings().loaded_signer(redis))
         dispatcher.start()
         deployment = await load_deployment(
             engine, settings.deployment, Queue(redis), settings.drain_shards

@@ -18,6 +18,8 @@ version's streams together.
 ``conduit:epoch``                     when this Redis's data began (a restart without data
                                       starts a new epoch)
 ``cancel:predictions``                pub/sub channel: ids of predictions to cancel
+``conduit:stream-signing-key``        the key of stream capability URLs, when none is
+                                      configured (``tracker.capabilities``)
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
@@ -38,6 +40,7 @@ DEAD_PREFIX = "dead:"
 EVENTS_PREFIX = "events:prediction:"
 EPOCH_KEY = "conduit:epoch"
 CANCEL_CHANNEL = "cancel:predictions"
+STREAM_SIGNING_KEY = "conduit:stream-signing-key"
 
 
 class Kind(enum.StrEnum):

@@ -2,6 +2,13 @@
 
 One renderer for every place a prediction leaves Conduit (GET, create, cancel, list, and the
 bodies of webhooks), so they can never disagree.
+
+``urls.stream`` is a capability URL (``tracker.capabilities``), signed with the process's
+stream signer. The process's entry point installs it once (:func:`sign_stream_urls`) rather
+than threading it beside the base URL through every caller: it is one per process, like the
+key it holds. Each render signs anew, so a prediction fetched again carries a fresh expiry.
+Without a signer (tools, tests of the renderer) the URL is the plain one, which still works
+with the owner's bearer token.
 """
 
 from __future__ import annotations
@@ -12,6 +19,16 @@ from typing import Any
 
 import orjson
 
+from tracker.capabilities import StreamSigner
+
+_stream_signer: StreamSigner | None = None
+
+
+def sign_stream_urls(signer: StreamSigner | None) -> None:
+    """Sign ``urls.stream`` of every prediction this process renders from now on (None: stop)."""
+    global _stream_signer
+    _stream_signer = signer
+
 
 def iso(value: datetime | None) -> str | None:
     if value is None:
@@ -21,7 +38,11 @@ def iso(value: datetime | None) -> str | None:
 
 def prediction_urls(base_url: str, id: str) -> dict[str, str]:
     root = f"{base_url}/v1/predictions/{id}"
-    return {"get": root, "cancel": f"{root}/cancel", "stream": f"{root}/stream"}
+    stream = f"{root}/stream"
+    capability = _stream_signer.query(id) if _stream_signer is not None else None
+    if capability is not None:
+        stream = f"{stream}?{capability}"
+    return {"get": root, "cancel": f"{root}/cancel", "stream": stream}
 
 
 def render_prediction(row: Mapping[Any, Any], base_url: str) -> dict[str, Any]:

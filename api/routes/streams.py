@@ -11,6 +11,13 @@ ids ``0-1``, ``0-2``, …; ``Last-Event-ID`` skips those up to it. ``done`` is a
 id from the expired live stream cannot be matched to a replayed event, and the client must
 still learn that the prediction is over.
 
+Who may read it: anyone holding the prediction's ``urls.stream``, a capability URL signed for
+this prediction with an expiry (``tracker.capabilities``) that needs no ``Authorization``, as a
+browser's ``EventSource`` cannot send one; or, with the plain URL, the owner's bearer token. A
+valid signature is enough on its own. A refused one is answered as such (401
+``invalid_signature``, or 403 ``expired_signature`` for a genuine link past its expiry) unless a
+bearer token came with it: then the token decides, as on the plain URL.
+
 A live stream follows the process's one event reader (``api.event_hub``), so a client costs no
 Redis connection. Past the process's waiter cap a stream is refused with 503 before it starts
 (nothing was stored, a retry is safe); at shutdown open streams end without ``done`` and the
@@ -24,16 +31,18 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from redis.asyncio import Redis
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import serving
-from api.deps import AccountDep, ResourcesDep
-from api.errors import InvalidRequest, Unavailable
+from api.auth import bearer_token, refuse_capability, stream_capability
+from api.deps import Resources, ResourcesDep
+from api.errors import InvalidRequest, NotFound, Unavailable
 from api.event_hub import Subscription
 from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
-from tracker import keys
+from tracker import keys, store
+from tracker.capabilities import Verdict
 from tracker.events import EventType, done_data, output_text
 from tracker.states import Status
 
@@ -93,6 +102,26 @@ def replay_from_row(row: Mapping[Any, Any], after: str = "0") -> Iterator[Server
             yield ServerSentEvent(data, event=kind, id=f"0-{i}")
 
 
+_EXP_DOC = "Part of urls.stream: when the link expires (unix seconds). Sent with sig."
+_SIG_DOC = "Part of urls.stream: its signature, which makes a bearer token unnecessary."
+
+
+async def _readable(
+    request: Request, resources: Resources, prediction_id: str, exp: str | None, sig: str | None
+) -> Mapping[Any, Any]:
+    """The prediction, if the request may read it (see the module's docstring)."""
+    verdict = await stream_capability(resources.stream_signer, prediction_id, exp, sig)
+    if verdict is Verdict.VALID:
+        row = await store.get(resources.engine, prediction_id)
+        if row is None:  # signed once, and since deleted
+            raise NotFound(f"Prediction {prediction_id} not found")
+        return row
+    if verdict is not None and bearer_token(request) is None:
+        refuse_capability(verdict)
+    account = await resources.auth.account(request)
+    return await serving.get(resources, account, prediction_id)
+
+
 async def follow(subscription: Subscription) -> AsyncIterator[ServerSentEvent]:
     """The subscription's events until ``done``; it ends early, with no ``done``, when the
     process shuts down (the client resumes elsewhere with ``Last-Event-ID``)."""
@@ -114,14 +143,18 @@ async def follow(subscription: Subscription) -> AsyncIterator[ServerSentEvent]:
             "description": "Server-sent events: output, logs, error and done, each with an id.",
             "content": {"text/event-stream": {"itemSchema": STREAM_EVENT}},
         },
-        **problems(400, 401, 404, 503),
+        **problems(400, 401, 403, 404, 503),
     },
-    openapi_extra=operation(LAST_EVENT_ID),
+    openapi_extra=operation(LAST_EVENT_ID, anonymous=True),
 )
 async def stream_prediction(
-    request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
+    request: Request,
+    prediction_id: str,
+    resources: ResourcesDep,
+    exp: str | None = Query(None, description=_EXP_DOC),
+    sig: str | None = Query(None, description=_SIG_DOC),
 ) -> EventSourceResponse:
-    row = await serving.get(resources, account, prediction_id)
+    row = await _readable(request, resources, prediction_id, exp, sig)
     after = parse_last_event_id(request.headers.get("last-event-id"))
     content: Any
     if Status(row["status"]).is_terminal and not await resources.events.exists(prediction_id):

@@ -61,8 +61,10 @@ def test_v1_routes_need_the_bearer_token_and_health_does_not() -> None:
     }
     for method, path, operation in OPERATIONS:
         if path.startswith("/v1/"):
-            assert operation["security"] == [{"bearer": []}], (method, path)
-            assert "401" in operation["responses"], (method, path)
+            # A stream's capability URL opens it without a token (``tracker.capabilities``).
+            anonymous = [{}] if path.endswith("/stream") else []
+            assert operation["security"] == [{"bearer": []}, *anonymous], (method, path)
+            assert {"401", "429"} <= set(operation["responses"]), (method, path)
         else:
             assert "security" not in operation
 
@@ -77,6 +79,8 @@ def test_creates_document_their_headers_and_the_stream_its_events() -> None:
         assert created["content"]["application/json"]["schema"]["$ref"].endswith("/Prediction")
     stream = DOC["paths"]["/v1/predictions/{prediction_id}/stream"]["get"]
     assert [p["name"] for p in stream["parameters"] if p["in"] == "header"] == ["Last-Event-ID"]
+    assert [p["name"] for p in stream["parameters"] if p["in"] == "query"] == ["exp", "sig"]
+    assert {"401", "403"} <= set(stream["responses"])
     assert set(stream["responses"]["200"]["content"]) == {"text/event-stream"}
     assert "itemSchema" in stream["responses"]["200"]["content"]["text/event-stream"]
 
