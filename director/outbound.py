@@ -43,7 +43,12 @@ class Outbound:
         if any(wants(row, event) for event in INTERMEDIATE_EVENTS):
             secret = await self._secret(row["account_id"])
             webhooks = IntermediateSender(
-                self.slots, row["webhook"], secret, row["webhook_events_filter"], fence
+                self.slots,
+                row["webhook"],
+                secret,
+                row["webhook_events_filter"],
+                fence,
+                account_id=row["account_id"],
             )
         return Publishing(self.events, self.policy.public_url, fence, self.dispatcher, webhooks)
 

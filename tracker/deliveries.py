@@ -5,6 +5,11 @@ delivered or given up, by whichever process runs a ``Dispatcher`` (directors and
 terminal state always has its webhook on record. Dispatchers lease due rows with
 ``FOR UPDATE SKIP LOCKED``: any number cooperate, a crashed one's lease simply expires, and a
 dead or slow receiver only ever occupies a slot of the dispatcher's own bounded pool.
+
+One account's deliveries hold at most ``policy.per_account`` of those slots: a dispatcher never
+leases a row it could not send at once, so an account at its cap leaves its due rows in the
+table, holding no slot and no lease, for a later pass (or another dispatcher) once one of its
+requests ends. Nothing is dropped, and rows are still taken oldest first within each account.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,19 +32,35 @@ from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
 log = logging.getLogger(__name__)
 
+# Due rows, oldest first, at most ``room`` per account (its cap less what this dispatcher has
+# in flight for it) and ``free`` in all. Accounts already at their cap are left out of the scan,
+# so a backlog of theirs cannot hide other accounts' rows; ``seen`` counts the rows scanned,
+# telling the caller whether some were left for being over their account's room.
 _LEASE_DUE = text(
     """
+    WITH candidates AS (
+        SELECT id, account_id, next_attempt_at FROM webhook_deliveries
+        WHERE status = 'pending' AND next_attempt_at <= now()
+            AND account_id <> ALL(CAST(:full AS bigint[]))
+        ORDER BY next_attempt_at
+        LIMIT :scan
+        FOR UPDATE SKIP LOCKED
+    ), ranked AS (
+        SELECT c.id, c.next_attempt_at,
+            row_number() OVER (PARTITION BY c.account_id ORDER BY c.next_attempt_at, c.id) AS rank,
+            :per_account - coalesce(b.busy, 0) AS room
+        FROM candidates c
+        LEFT JOIN unnest(CAST(:busy_accounts AS bigint[]), CAST(:busy_counts AS int[]))
+            AS b(account_id, busy) ON b.account_id = c.account_id
+    ), picked AS (
+        SELECT id FROM ranked WHERE rank <= room ORDER BY next_attempt_at, id LIMIT :free
+    )
     UPDATE webhook_deliveries d
     SET next_attempt_at = now() + make_interval(secs => :lease)
-    FROM accounts a
-    WHERE a.id = d.account_id AND d.id IN (
-        SELECT id FROM webhook_deliveries
-        WHERE status = 'pending' AND next_attempt_at <= now()
-        ORDER BY next_attempt_at
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    )
-    RETURNING d.id, d.url, d.body, d.attempts, d.account_id, a.webhook_secret
+    FROM picked p, accounts a
+    WHERE d.id = p.id AND a.id = d.account_id
+    RETURNING d.id, d.url, d.body, d.attempts, d.account_id, a.webhook_secret,
+        (SELECT count(*) FROM candidates) AS seen
     """
 )
 _DELIVERED = text(
@@ -99,9 +121,10 @@ class Dispatcher:
         self.engine = engine
         self.policy = policy
         self.session = session
-        self._slots = asyncio.Semaphore(policy.concurrency)
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
+        #: Deliveries in flight per account; an account is absent when it has none.
+        self._busy: Counter[int] = Counter()
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -131,31 +154,53 @@ class Dispatcher:
                 await asyncio.wait_for(self._wake.wait(), self.policy.poll_interval)
 
     async def _dispatch_due(self) -> None:
-        free = self.policy.concurrency - len(self._inflight)
-        if free <= 0:
-            return
-        async with self.engine.begin() as conn:
-            rows = (
-                await conn.execute(_LEASE_DUE, {"lease": self.policy.lease, "limit": free})
-            ).all()
-        for row in rows:
-            task = asyncio.create_task(self._deliver(*row))
-            self._inflight.add(task)
-            task.add_done_callback(self._finished)
+        # A pass that left rows over their account's room may have hidden other accounts' rows
+        # behind them; those accounts are now at their cap, so the next pass skips them.
+        while (free := self.policy.concurrency - len(self._inflight)) > 0:
+            rows, seen = await self._lease(free)
+            for row in rows:
+                self._send(*row)
+            if len(rows) == free or seen == len(rows):
+                return
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
+    async def _lease(self, free: int) -> tuple[list[tuple[Any, ...]], int]:
+        per_account = self.policy.per_account
+        params = {
+            "lease": self.policy.lease,
+            "free": free,
+            "scan": 4 * free,
+            "per_account": per_account,
+            "full": [account for account, busy in self._busy.items() if busy >= per_account],
+            "busy_accounts": list(self._busy),
+            "busy_counts": list(self._busy.values()),
+        }
+        async with self.engine.begin() as conn:
+            rows = (await conn.execute(_LEASE_DUE, params)).all()
+        return [tuple(row)[:-1] for row in rows], (rows[0].seen if rows else 0)
+
+    def _send(
+        self, id: str, url: str, body: str, attempts: int, account_id: int, secret: str
+    ) -> None:
+        self._busy[account_id] += 1
+        task = asyncio.create_task(self._deliver(id, url, body, attempts, account_id, secret))
+        self._inflight.add(task)
+        task.add_done_callback(lambda task: self._finished(task, account_id))
+
+    def _finished(self, task: asyncio.Task[None], account_id: int) -> None:
         self._inflight.discard(task)
+        self._busy[account_id] -= 1
+        if not self._busy[account_id]:
+            del self._busy[account_id]
         self._wake.set()  # a slot is free: look for more due work
 
     async def _deliver(
         self, id: str, url: str, body: str, attempts: int, account_id: int, secret: str
     ) -> None:
-        async with self._slots:
-            try:
-                status = await post(self.session, self.policy, url, id, secret, body)
-            except DeliveryFailed as failure:
-                await self._record_failure(id, url, account_id, attempts + 1, failure)
-                return
+        try:
+            status = await post(self.session, self.policy, url, id, secret, body)
+        except DeliveryFailed as failure:
+            await self._record_failure(id, url, account_id, attempts + 1, failure)
+            return
         async with self.engine.begin() as conn:
             await conn.execute(_DELIVERED, {"id": id, "status": status})
 

@@ -14,7 +14,11 @@ receiver keeps the terminal one).
 All senders on one HTTP session share one ``SendSlots``: ``policy.concurrency`` request slots.
 The session's connection pool holds twice that, and the durable ``completed`` dispatcher uses at
 most the other half, so slow receivers of intermediate events can never starve ``completed``
-deliveries. The process that opens the session builds its ``SendSlots`` beside it.
+deliveries. Within those slots one account's senders hold at most ``policy.per_account`` at
+once, taking the account's slot before a shared one: an account whose receivers are slow waits
+for its own requests to end while other accounts' go ahead. A state waiting for either slot is
+still pending (a newer one replaces it, ``close`` drops it), so the order above is kept.
+The process that opens the session builds its ``SendSlots`` beside it.
 
 Before each send the sender asks its attempt's fence whether the attempt still owns the
 prediction: a director paused past its lease wakes with sends queued (or a throttle timer due)
@@ -26,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -36,14 +42,49 @@ from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 log = logging.getLogger(__name__)
 
 
+class AccountSlots:
+    """At most ``per_account`` holders at once per account, waiting in arrival order.
+
+    A waiter holds nothing else: callers take their account's slot before any shared slot, so
+    an account at its cap waits without keeping another account's request from starting.
+    """
+
+    def __init__(self, per_account: int) -> None:
+        self.per_account = per_account
+        self._accounts: dict[int, _Account] = {}
+
+    @asynccontextmanager
+    async def hold(self, account_id: int) -> AsyncIterator[None]:
+        account = self._accounts.get(account_id)
+        if account is None:
+            account = self._accounts[account_id] = _Account(asyncio.Semaphore(self.per_account))
+        account.users += 1
+        try:
+            async with account.slots:
+                yield
+        finally:
+            account.users -= 1
+            if account.users == 0:  # nobody holds or waits: forget the account
+                del self._accounts[account_id]
+
+
+@dataclass
+class _Account:
+    slots: asyncio.Semaphore
+    #: Holders and waiters.
+    users: int = 0
+
+
 class SendSlots:
-    """What every sender on one HTTP session shares: its request slots, and the closed senders
-    whose last request is still on the wire (held so they are not collected)."""
+    """What every sender on one HTTP session shares: its request slots (all, and each
+    account's), and the closed senders whose last request is still on the wire (held so they
+    are not collected)."""
 
     def __init__(self, session: aiohttp.ClientSession, policy: WebhookPolicy) -> None:
         self.session = session
         self.policy = policy
         self.semaphore = asyncio.Semaphore(policy.concurrency)
+        self.accounts = AccountSlots(policy.per_account)
         self.lingering: set[asyncio.Task[None]] = set()
 
     def linger(self, task: asyncio.Task[None]) -> None:
@@ -59,8 +100,11 @@ class IntermediateSender:
         secret: str,
         events: Sequence[str] | None,
         fence: Fence,
+        *,
+        account_id: int,
     ) -> None:
         self.slots = slots
+        self.account_id = account_id
         self.session = slots.session
         self.policy = slots.policy
         self.url = url
@@ -99,7 +143,7 @@ class IntermediateSender:
                 self._closed = True
                 self._start = self._latest = None
                 return
-            async with self.slots.semaphore:
+            async with self.slots.accounts.hold(self.account_id), self.slots.semaphore:
                 taken = self._take()
                 if taken is None:
                     continue

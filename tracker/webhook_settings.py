@@ -17,9 +17,15 @@ class WebhookSettings(BaseSettings):
     #: Comma-separated seconds before each retry of a ``completed`` webhook.
     retry_schedule: str = ",".join(f"{s:g}" for s in DEFAULT_SCHEDULE)
     retry_jitter: float = Field(0.2, ge=0, lt=1)
-    timeout: float = 10.0
-    #: Deliveries in flight per process.
+    #: Seconds for one attempt, whatever the receiver does (answer, body, silence).
+    timeout: float = Field(10.0, gt=0)
+    #: Seconds to establish a connection to a receiver (part of ``timeout``).
+    connect_timeout: float = Field(2.0, gt=0)
+    #: Deliveries in flight per process, for ``completed`` and again for intermediate events.
     concurrency: int = Field(16, ge=1)
+    #: Of those, deliveries in flight for one account: its slow receivers leave the rest to
+    #: other accounts. Deliveries over the cap wait their turn; none is dropped.
+    per_account: int = Field(8, ge=1)
     #: Minimum seconds between intermediate webhooks of one prediction.
     intermediate_interval: float = 0.5
     #: Seconds between looks for due retries (a new terminal webhook is sent at once).
@@ -31,7 +37,9 @@ class WebhookSettings(BaseSettings):
             schedule=tuple(float(s) for s in self.retry_schedule.split(",") if s.strip()),
             jitter=self.retry_jitter,
             timeout=self.timeout,
+            connect_timeout=min(self.connect_timeout, self.timeout),
             concurrency=self.concurrency,
+            per_account=min(self.per_account, self.concurrency),
             intermediate_interval=self.intermediate_interval,
             poll_interval=self.poll_interval,
             public_url=public_url.rstrip("/"),

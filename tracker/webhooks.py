@@ -4,6 +4,10 @@ Signing follows Standard Webhooks (as Replicate does): ``webhook-id`` (the same 
 of one event), ``webhook-timestamp`` (unix seconds of this attempt) and ``webhook-signature``
 (``v1,<base64 HMAC-SHA256 of "id.timestamp.body">`` keyed by the account's ``whsec_`` secret).
 Redirects are never followed: a 3xx is a failed attempt.
+
+A receiver is not trusted to be quick or brief: connecting has its own short timeout, the whole
+attempt is bounded by ``timeout``, and at most ``RESPONSE_LIMIT`` bytes of the answer are read
+(only its status matters) before the connection is dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from tracker.ssrf import BlockedAddress, GuardedResolver, Network, check_webhook
 #: (jitter only ever adds), so a receiver that is down for a whole day still gets it.
 DEFAULT_SCHEDULE: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400, 28800, 43200)
 USER_AGENT = "conduit-webhooks/0.1"
+#: Bytes of a receiver's answer read at most; the rest is never received.
+RESPONSE_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -29,8 +35,16 @@ class WebhookPolicy:
     allow: Sequence[Network] = ()
     schedule: Sequence[float] = DEFAULT_SCHEDULE
     jitter: float = 0.2
+    #: Seconds for a whole attempt: connecting, sending, the answer's status and its body.
     timeout: float = 10.0
+    #: Seconds to establish the TCP connection, within ``timeout``.
+    connect_timeout: float = 2.0
+    #: Requests in flight on each half of the pool (durable and intermediate, see
+    #: ``open_session``).
     concurrency: int = 16
+    #: Requests in flight on each half for one account: its slow receivers leave the rest of
+    #: the half to other accounts.
+    per_account: int = 8
     intermediate_interval: float = 0.5
     poll_interval: float = 1.0
     #: Seconds a dispatcher holds a due delivery; a crashed holder's lease expires after this.
@@ -76,7 +90,7 @@ def open_session(policy: WebhookPolicy) -> aiohttp.ClientSession:
     )
     return aiohttp.ClientSession(
         connector=connector,
-        timeout=aiohttp.ClientTimeout(total=policy.timeout),
+        timeout=aiohttp.ClientTimeout(total=policy.timeout, sock_connect=policy.connect_timeout),
         headers={"User-Agent": USER_AGENT},
     )
 
@@ -99,11 +113,30 @@ async def post(
         async with session.post(
             url, data=body.encode(), headers=headers, allow_redirects=False
         ) as response:
-            await response.read()
+            await _read_some(response)
             if 200 <= response.status < 300:
                 return response.status
             raise DeliveryFailed(f"receiver answered {response.status}", response.status)
     except BlockedAddress as error:
         raise DeliveryFailed(str(error)) from error
     except UNREACHABLE as error:
-        raise DeliveryFailed(f"{type(error).__name__}: {error}") from error
+        reason = str(error)
+        if not reason and isinstance(error, TimeoutError):  # the attempt's own ``timeout``
+            reason = f"not done within {policy.timeout:g} s"
+        raise DeliveryFailed(f"{type(error).__name__}: {reason}") from error
+
+
+async def _read_some(response: aiohttp.ClientResponse) -> None:
+    """Read at most ``RESPONSE_LIMIT`` bytes of the answer; drop the connection if there is more.
+
+    Reading a short answer to its end lets the connection be reused; a longer one is cut off
+    (the status is all that counts) so a receiver can never stream into the sender.
+    """
+    remaining = RESPONSE_LIMIT
+    while remaining > 0:
+        chunk = await response.content.read(remaining)
+        if not chunk:
+            return
+        remaining -= len(chunk)
+    if not response.content.at_eof():
+        response.close()

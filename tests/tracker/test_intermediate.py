@@ -110,7 +110,9 @@ async def sender(
     policy = WebhookPolicy(allow=parse_cidrs("127.0.0.0/8"), intermediate_interval=interval)
     async with open_session(policy) as session:
         slots = SendSlots(session, policy)
-        webhooks = IntermediateSender(slots, url, new_webhook_secret(), events, fence or Unfenced())
+        webhooks = IntermediateSender(
+            slots, url, new_webhook_secret(), events, fence or Unfenced(), account_id=1
+        )
         try:
             yield webhooks
         finally:
@@ -273,7 +275,9 @@ async def test_a_closed_senders_hung_request_ends_with_the_webhook_timeout() -> 
     async with receiver() as target, open_session(policy) as session:
         target.release = asyncio.Event()
         slots = SendSlots(session, policy)
-        webhooks = IntermediateSender(slots, target.url, new_webhook_secret(), None, Unfenced())
+        webhooks = IntermediateSender(
+            slots, target.url, new_webhook_secret(), None, Unfenced(), account_id=1
+        )
         webhooks.offer("start", snapshot("start", 0))
         await target.wait_until(lambda _: target.in_flight == 1)
         webhooks.close()
@@ -293,8 +297,10 @@ async def test_hung_intermediate_receivers_leave_connections_for_completed() -> 
         target.release = asyncio.Event()
         slots = SendSlots(session, policy)
         senders = [
-            IntermediateSender(slots, target.url, new_webhook_secret(), None, Unfenced())
-            for _ in range(3 * policy.concurrency)
+            IntermediateSender(
+                slots, target.url, new_webhook_secret(), None, Unfenced(), account_id=n
+            )
+            for n in range(3 * policy.concurrency)
         ]
         for webhooks in senders:
             webhooks.offer("start", snapshot("start", 0))
