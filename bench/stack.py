@@ -104,7 +104,7 @@ class BenchStack:
         """Model and deployment ``name`` on ``runner_url``, and (unless told not to) a director
         for it."""
         self.admin.create_model(name, runner_url)
-        self.admin.create_deployment(name, name)
+        self.admin.create_deployment(name, name, visibility="public")
         if director:
             self.director(name, runner_url, concurrency)
 

@@ -122,7 +122,7 @@ def _serve(env: dict[str, str], port: int) -> int:
             lambda: _status_ok(f"{runner_url}/health-check", "status", "READY"), "runner", children
         )
         _admin(env, "create-model", MODEL, "--runner-url", runner_url)
-        _admin(env, "create-deployment", MODEL, "--model", MODEL)
+        _admin(env, "create-deployment", MODEL, "--model", MODEL, "--visibility", "public")
         token = _admin(env, "create-account", "dev")
         children.start("api", "api", "--port", str(port))
         children.start(

@@ -35,7 +35,7 @@ def test_same_entry_id_on_two_shards_runs_both(
     runner, url = launcher.runner("echo", concurrency=2)
     name = f"test/keys-{uuid.uuid4().hex[:8]}"
     admin.create_model(name, url)
-    admin.create_deployment(name, name, shards=2)
+    admin.create_deployment(name, name, shards=2, visibility="public")
     path = f"/v1/deployments/{name}/predictions"
     # No director yet: the predictions wait in their streams while they are rearranged.
     first = create(client, path, input={"prompt": "a"})["id"]

@@ -76,7 +76,7 @@ def test_a_running_entry_is_never_redelivered_a_failed_one_is(
     with scripted_runner(f"retries-{uuid.uuid4().hex[:8]}", hold=True) as runner:
         name = f"test/{runner.name}"
         admin.create_model(name, runner.url)
-        admin.create_deployment(name, name, shards=1)
+        admin.create_deployment(name, name, shards=1, visibility="public")
         stream = deployment_stream(name, 0)
         path = f"/v1/deployments/{name}/predictions"
         healthy = create(client, path, input={"prompt": "long"})["id"]

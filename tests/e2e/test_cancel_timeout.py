@@ -21,7 +21,9 @@ from tracker.keys import Target
 
 def _deployment(admin: Admin, prefix: str, prediction_timeout: float = 1800.0) -> str:
     name = f"test/{prefix}-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, shards=2, prediction_timeout=prediction_timeout)
+    admin.create_deployment(
+        name, ECHO, shards=2, prediction_timeout=prediction_timeout, visibility="public"
+    )
     return name
 
 

@@ -24,7 +24,7 @@ def twins(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[dict[str, 
     }
     directors = []
     for name in models:
-        admin.create_deployment(name, name, shards=2)
+        admin.create_deployment(name, name, shards=2, visibility="public")
         directors.append(launcher.director(name, stack.runner_url))
     yield models
     for director in directors:

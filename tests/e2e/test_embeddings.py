@@ -30,7 +30,7 @@ TEXTS = ["Conduit queues predictions in Redis.", "A second, unrelated sentence."
 def embeddings_deployment(launcher: Launcher, admin: Admin) -> Iterator[str]:
     runner, runner_url = launcher.runner("embeddings", concurrency=2)
     admin.create_model(NAME, runner_url)
-    admin.create_deployment(NAME, NAME, shards=2)
+    admin.create_deployment(NAME, NAME, shards=2, visibility="public")
     director = launcher.director(NAME, runner_url, concurrency=2)
     yield NAME
     director.stop()

@@ -18,7 +18,7 @@ def test_sigterm_finishes_in_flight_and_leaves_the_rest_queued(
 ) -> None:
     runner, runner_url = launcher.runner("echo", concurrency=1)
     name = f"test/term-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, shards=2)
+    admin.create_deployment(name, ECHO, shards=2, visibility="public")
     path = f"/v1/deployments/{name}/predictions"
     director = launcher.director(name, runner_url, concurrency=1)
     try:

@@ -135,7 +135,7 @@ def test_idempotent_create_with_a_lone_surrogate_in_a_key_is_422(client: httpx.C
 def capped(launcher: Launcher, admin: Admin, stack: Stack) -> Iterator[str]:
     """A deployment of the echo model whose director allows little output and logs."""
     name = f"test/capped-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO)
+    admin.create_deployment(name, ECHO, visibility="public")
     _, runner_url = launcher.runner("echo", concurrency=2)
     director = launcher.director(
         name, runner_url, concurrency=2, max_output_bytes="2000", max_log_bytes="1000"

@@ -61,7 +61,7 @@ async def test_untagged_streams_are_drained_by_an_upgraded_director(
     name = f"test/legacy-{uuid.uuid4().hex[:8]}"
     _, runner_url = launcher.runner("echo", concurrency=2)
     version = admin.create_model(name, runner_url)
-    admin.create_deployment(name, name, shards=2)
+    admin.create_deployment(name, name, shards=2, visibility="public")
     legacy = Target("dp", name, 2).legacy_streams()
     redis: Redis = Redis.from_url(redis_url)
     try:

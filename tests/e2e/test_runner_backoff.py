@@ -21,7 +21,9 @@ from tests.fixtures.waiting import wait_for
 def _deploy(admin: Admin, runner: ScriptedRunner, prediction_timeout: float = 1800.0) -> str:
     name = f"test/{runner.name}"
     admin.create_model(name, runner.url)
-    admin.create_deployment(name, name, shards=2, prediction_timeout=prediction_timeout)
+    admin.create_deployment(
+        name, name, shards=2, prediction_timeout=prediction_timeout, visibility="public"
+    )
     return name
 
 

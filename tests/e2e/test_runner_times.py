@@ -62,7 +62,7 @@ def runners(launcher: Launcher, admin: Admin) -> Iterator[dict[str, Deployed]]:
             runner = stack.enter_context(scripted_runner(name, **options))
             full_name = f"test/{runner.name}"
             admin.create_model(full_name, runner.url)
-            admin.create_deployment(full_name, full_name, shards=2)
+            admin.create_deployment(full_name, full_name, shards=2, visibility="public")
             director = launcher.director(full_name, runner.url)
             stack.callback(director.stop)
             deployed[kind] = Deployed(runner, full_name, director)

@@ -29,7 +29,7 @@ def test_saturated_runner_completes_every_prediction(
     _, runner_url = launcher.runner("echo", concurrency=1, env={"MAX_QUEUE_DEPTH": "1"})
     name = f"test/saturated-{uuid.uuid4().hex[:6]}"
     admin.create_model(name, runner_url)
-    admin.create_deployment(name, name, shards=2)
+    admin.create_deployment(name, name, shards=2, visibility="public")
     launcher.director(name, runner_url, concurrency=6)
 
     ids = [

@@ -146,7 +146,7 @@ def test_cancel_ends_the_stream_with_reason(client: httpx.Client, stack: Stack, 
 
 def test_queued_stream_sends_heartbeats(launcher: Launcher, admin: Admin, token: str) -> None:
     name = f"test/idle-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, shards=1)  # no director: stays queued
+    admin.create_deployment(name, ECHO, shards=1, visibility="public")  # no director: stays queued
     api, url = launcher.api(env={"CONDUIT_API_SSE_PING": "1"})
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as c:

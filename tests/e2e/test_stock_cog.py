@@ -65,7 +65,7 @@ def cog_runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def cog_deployment(cog_runner: str, launcher: Launcher, admin: Admin) -> Iterator[str]:
     admin.create_model(NAME, cog_runner)
-    admin.create_deployment(NAME, NAME, shards=2)
+    admin.create_deployment(NAME, NAME, shards=2, visibility="public")
     director = launcher.director(NAME, cog_runner, concurrency=1, cancel_grace="30")
     yield NAME
     director.stop()

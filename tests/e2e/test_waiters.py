@@ -36,7 +36,7 @@ def _deployment(launcher: Launcher, admin: Admin, concurrency: int) -> str:
     # the model conduit/echo comes with the session's stack
     _, runner_url = launcher.runner("echo", concurrency=concurrency)
     name = f"test/wait-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO)
+    admin.create_deployment(name, ECHO, visibility="public")
     launcher.director(name, runner_url, concurrency=concurrency)
     return f"/v1/deployments/{name}/predictions"
 

@@ -178,7 +178,7 @@ def test_pending_completed_survives_restarts(
     """Kill the api and director that made the failed attempts; the stored webhook is still
     delivered afterwards (by the new director or any other dispatcher), with its webhook-id."""
     name = f"test/hooks-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, shards=1)
+    admin.create_deployment(name, ECHO, shards=1, visibility="public")
     api, api_url = launcher.api()
     runner, runner_url = launcher.runner("echo", concurrency=1)
     director = launcher.director(name, runner_url)
@@ -287,7 +287,7 @@ def test_redirect_to_loopback_is_not_followed(
     ends failed."""
     allow = {"CONDUIT_WEBHOOK_ALLOW_CIDRS": "127.0.0.2/32"}
     name = f"test/redirect-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, shards=1)
+    admin.create_deployment(name, ECHO, shards=1, visibility="public")
     api, api_url = launcher.api(env=allow)
     director = launcher.director(name, stack.runner_url, env=allow)
     with (
@@ -328,7 +328,8 @@ def test_canceled_while_queued_sends_completed(
     launcher: Launcher, admin: Admin, client: httpx.Client, receiver: Receiver
 ) -> None:
     name = f"test/idle-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, shards=1)  # no director: it stays queued
+    # No director: it stays queued.
+    admin.create_deployment(name, ECHO, shards=1, visibility="public")
     created = create(
         client, f"/v1/deployments/{name}/predictions", input={}, webhook=receiver.url + "/q"
     )

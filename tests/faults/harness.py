@@ -64,14 +64,30 @@ class Drill:
     submitted: list[Submitted] = field(default_factory=list)
     refused: Counter[int] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The drill's accounts and deployments (owned by ``drill``): each account is granted
+    #: each deployment, whichever was made first.
+    account_names: list[str] = field(default_factory=list)
+    deployments: list[str] = field(default_factory=list)
 
     def accounts(self, n: int) -> list[str]:
-        return [self.admin.create_account(f"drill-{uuid.uuid4().hex[:8]}") for _ in range(n)]
+        """Tokens of ``n`` new accounts, each granted the drill's deployments."""
+        names = [f"drill-{uuid.uuid4().hex[:8]}" for _ in range(n)]
+        tokens = [self.admin.create_account(name) for name in names]
+        for deployment in self.deployments:
+            self.admin.grant(",".join(names), "deployment", deployment)
+        self.account_names.extend(names)
+        return tokens
 
     def deployment(self, prefix: str, **options: Any) -> str:
         name = f"drill/{prefix}-{uuid.uuid4().hex[:6]}"
-        self.admin.create_deployment(name, "drill/faulty", **options)
+        self.deploy(name, **options)
         return name
+
+    def deploy(self, name: str, **options: Any) -> None:
+        """Deployment ``name`` of the faulty model (private), granted the drill's accounts."""
+        grants = ",".join(self.account_names)
+        self.admin.create_deployment(name, "drill/faulty", grants=grants, **options)
+        self.deployments.append(name)
 
     def director(self, deployment: str, runner_url: str, concurrency: int = 4, **env: str) -> Proc:
         return self.launcher.director(

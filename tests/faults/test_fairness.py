@@ -41,7 +41,7 @@ def _isolating_deployment(drill: Drill, flooder: str, quiet: str, shards: int) -
         name = f"drill/sharded-{uuid.uuid4().hex[:6]}"
         key = f"dp-{name}"
         if not set(account_shards(a, key, shards)) & set(account_shards(b, key, shards)):
-            drill.admin.create_deployment(name, "drill/faulty", shards=shards)
+            drill.deploy(name, shards=shards)  # both accounts granted
             return name
     raise AssertionError("no deployment name separates the two accounts")
 
