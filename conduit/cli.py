@@ -69,14 +69,20 @@ def cmd_api(args: argparse.Namespace) -> None:
     from api.app import create_app
     from api.settings import ApiSettings
 
+    settings = ApiSettings()
+    trusted = [p.strip() for p in settings.trusted_proxies.split(",") if p.strip()]
     uvicorn.run(
-        create_app(ApiSettings()),
+        create_app(settings),
         host=args.host,
         port=args.port,
         loop="uvloop",
         http="httptools",
         access_log=False,
         log_level="warning",
+        # X-Forwarded-For names the client only when a trusted proxy sent it (uvicorn would
+        # otherwise trust any loopback peer): failed logins are counted per client address.
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or None,
     )
 
 
