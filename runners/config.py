@@ -2,7 +2,8 @@
 
 Names follow what runners are configured with elsewhere: coglet's
 (``COG_THROTTLE_RESPONSE_INTERVAL``, ``WEBHOOK_AUTH_TOKEN``), the control plane's
-(``MAX_QUEUE_DEPTH``), and ``CONDUIT_RUNNER_*`` for the rest. Per-tenant rate limits
+(``MAX_QUEUE_DEPTH``), and ``CONDUIT_RUNNER_*`` for the rest (``CONDUIT_RUNNER_TOKEN`` is the
+one secret a runner and its directors share). Per-tenant rate limits
 (``TENANT_RATE_LIMIT_<tenant>``) and operation-token governance
 (``VERIFIED_OP_TOKEN_KEY_PATH``, ``OP_TOKEN_SIGNERS``, ``OP_TOKEN_MIN_SIGNERS``) are read by
 :mod:`runners.ratelimit` and :mod:`runners.optokens`, which own their formats.
@@ -10,8 +11,16 @@ Names follow what runners are configured with elsewhere: coglet's
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+import ipaddress
+import re
+
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from runners.ssrf import Network, normalise_hosts
+
+MIN_TOKEN_CHARS = 16
+"""A shorter runner token is refused: it would be guessable, or a placeholder."""
 
 
 def _env(*names: str) -> AliasChoices:
@@ -19,20 +28,50 @@ def _env(*names: str) -> AliasChoices:
 
 
 class RunnerConfig(BaseSettings):
-    model_config = SettingsConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+    # hide_input_in_errors: a refused setting is reported without its value (it may be a secret).
+    model_config = SettingsConfigDict(
+        frozen=True, populate_by_name=True, extra="ignore", hide_input_in_errors=True
+    )
 
     throttle_interval: float = Field(
         0.5, validation_alias=_env("throttle_interval", "COG_THROTTLE_RESPONSE_INTERVAL")
     )
     """Minimum seconds between ``logs`` webhooks."""
-    webhook_auth_token: str | None = Field(
-        None, validation_alias=_env("webhook_auth_token", "WEBHOOK_AUTH_TOKEN")
+    token: str | None = Field(
+        None, repr=False, validation_alias=_env("token", "CONDUIT_RUNNER_TOKEN")
     )
-    """Sent as ``Authorization: Bearer`` on every webhook."""
+    """The shared secret every request but the health checks must carry as
+    ``Authorization: Bearer``. Without one, the runner serves whoever reaches it (it listens
+    on loopback unless told otherwise) and takes shutdown, cancel and attach from loopback
+    peers only."""
+    webhook_auth_token: str | None = Field(
+        None, repr=False, validation_alias=_env("webhook_auth_token", "WEBHOOK_AUTH_TOKEN")
+    )
+    """Sent as ``Authorization: Bearer`` on every webhook, as coglet sends it: the credential
+    a webhook receiver may ask of the runner. Never the same value as ``token``."""
+    webhook_allow: str = Field(
+        "127.0.0.0/8,::1/128",
+        validation_alias=_env("webhook_allow", "CONDUIT_RUNNER_WEBHOOK_ALLOW"),
+    )
+    """Comma-separated networks (CIDRs) and host names webhooks may reach although the SSRF
+    guard refuses internal addresses: loopback by default, where a runner's director sits; in
+    a container network, the director's service name."""
     webhook_max_retries: int = 12
     webhook_backoff_base: float = 0.1
     """The terminal webhook's n-th retry waits ``base * 2**min(n, 10)`` seconds."""
     webhook_timeout: float = 30.0
+    webhook_connect_timeout: float = Field(
+        3.0,
+        gt=0,
+        validation_alias=_env("webhook_connect_timeout", "CONDUIT_RUNNER_WEBHOOK_CONNECT_TIMEOUT"),
+    )
+    """Seconds to connect to a webhook receiver; one that does not answer must not hold a
+    delivery for the whole ``webhook_timeout``."""
+    redis_url: str | None = Field(
+        None, repr=False, validation_alias=_env("redis_url", "CONDUIT_RUNNER_REDIS_URL")
+    )
+    """``redis://`` or ``rediss://``: where operation-token nonces are recorded, so replicas
+    and restarts share replay protection. Without it they live in this process's memory."""
     shutdown_grace: float = Field(
         5.0, validation_alias=_env("shutdown_grace", "CONDUIT_RUNNER_SHUTDOWN_GRACE")
     )
@@ -72,6 +111,64 @@ class RunnerConfig(BaseSettings):
     """Log every request at INFO. Off by default: the runner sees each prediction at least
     twice, and formatting those lines cost a measurable share of its CPU."""
 
+    @field_validator("token", "webhook_auth_token", "redis_url", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("token")
+    @classmethod
+    def _strong_token(cls, value: str | None) -> str | None:
+        if value is not None and len(value) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"CONDUIT_RUNNER_TOKEN must be at least {MIN_TOKEN_CHARS} characters "
+                "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _tokens_differ(self) -> RunnerConfig:
+        # WEBHOOK_AUTH_TOKEN goes to every webhook URL a caller names: were it the runner
+        # token, any receiver would learn the key to the runner.
+        if self.token is not None and self.webhook_auth_token == self.token:
+            raise ValueError("WEBHOOK_AUTH_TOKEN must not be the runner's CONDUIT_RUNNER_TOKEN")
+        return self
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _readable_allow(cls, value: str) -> str:
+        _split_allow(value)
+        return value
+
+    def webhook_networks(self) -> tuple[Network, ...]:
+        """The networks of ``webhook_allow`` (a bare address counts as a single host)."""
+        return _split_allow(self.webhook_allow)[0]
+
+    def webhook_hosts(self) -> frozenset[str]:
+        """The host names of ``webhook_allow``."""
+        return _split_allow(self.webhook_allow)[1]
+
     @classmethod
     def from_env(cls) -> RunnerConfig:
         return cls()
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?\.?")
+
+
+def _split_allow(value: str) -> tuple[tuple[Network, ...], frozenset[str]]:
+    """``webhook_allow`` read as (networks, host names); raises ValueError on an item that is
+    neither."""
+    networks: list[Network] = []
+    hosts: list[str] = []
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            if "/" in item or ":" in item or not _HOST_NAME.fullmatch(item):
+                message = f"webhook allow: {item!r} is neither a network nor a host name"
+                raise ValueError(message) from None
+            hosts.append(item)
+    return tuple(networks), normalise_hosts(hosts)

@@ -1,9 +1,11 @@
 """The runner control API: capabilities, model load/unload, cache flush, health and metrics.
 
-Lifecycle calls (load, unload, flush) change what the runner can serve, so each needs a
-``verifiedOpToken`` in its JSON body for exactly that operation and model (see
-:mod:`runners.optokens`): 401 without one, 403 with one that fails a check (``code`` says
-which), 403 when the runner has no key configured. Inference calls need none.
+Every route here but ``GET /health`` sits behind the runner token when the runner has one
+(:mod:`runners.auth`). Lifecycle calls (load, unload, flush) change what the runner can serve,
+so each also needs a ``verifiedOpToken`` in its JSON body for exactly that operation, model and
+(when the token names one) runner (see :mod:`runners.optokens`): 401 without one, 403 with one
+that fails a check (``code`` says which), 403 when the runner has no key configured, 503 when
+its nonce store does not answer. Inference calls need none.
 
 A body is read as its document of :mod:`runners.protocol.lifecycle` (a malformed one is 400 or
 422 ``invalid-field``), then the token is checked before the runner acts on anything in it, so
@@ -73,7 +75,7 @@ async def _body(request: web.Request, document: type[_Body]) -> _Body:
         raise InvalidFieldError(field, f"{field}: {first['msg']}") from error
 
 
-def _authorise(
+async def _authorise(
     service: RunnerService, body: LifecycleRequest, operation: wire.Operation, model: str
 ) -> None:
     verifier = service.op_tokens
@@ -82,7 +84,7 @@ def _authorise(
     token = body.verified_op_token
     if not token:
         raise OpTokenRequiredError(operation)
-    verifier.verify(token, operation, model)
+    await verifier.verify(token, operation, model)
 
 
 async def capabilities(request: web.Request) -> web.Response:
@@ -97,7 +99,7 @@ async def capabilities(request: web.Request) -> web.Response:
 async def load_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await _body(request, LoadRequest)
-    _authorise(service, body, wire.Operation.MODEL_LOAD, body.model_id)
+    await _authorise(service, body, wire.Operation.MODEL_LOAD, body.model_id)
     task = service.load(body.model_id, body.evict_model)
     response = _json(service.lifecycle.describe(task), 202)
     response.headers[wire.LOCATION] = wire.LOAD_TASK_PATH.format(task_id=task.id)
@@ -116,7 +118,7 @@ async def load_task(request: web.Request) -> web.Response:
 async def unload_model(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await _body(request, UnloadRequest)
-    _authorise(service, body, wire.Operation.MODEL_UNLOAD, body.model_id)
+    await _authorise(service, body, wire.Operation.MODEL_UNLOAD, body.model_id)
     outcome = await service.unload(body.model_id)
     on_gpu = service.model.device.startswith("cuda")
     rss = outcome.unloaded.rss
@@ -159,7 +161,7 @@ async def flush_cache(request: web.Request) -> web.Response:
         field = body.value_field
         raise InvalidFieldError(field, f"{field} must be a non-empty string")
     model = value if scope is wire.FlushScope.MODEL and value else service.model.name
-    _authorise(service, body, wire.Operation.CACHE_FLUSH, model)
+    await _authorise(service, body, wire.Operation.CACHE_FLUSH, model)
     outcome = await service.flush(scope, value)
     echoed: dict[str, Any] = {} if value is None else {scope.value: value}
     result = FlushResult(

@@ -6,10 +6,15 @@ and ``reason`` (its label in the requests metric) -- so the HTTP shell renders a
 one function (:func:`runners.problems.refusal`) and no table keyed by type::
 
     RequestRefused                 (abstract)                                      status code
+    ├── UnauthorizedError          no or another runner token           401 unauthorized
+    ├── InternalOnlyError          shutdown, cancel or attach from a non-loopback
+    │                              peer while the runner has no token      403 internal-only
     ├── NotReadyError              setup has not finished, or failed             503 (Cog body)
     │   └── ModelNotLoadedError    the model was unloaded          503 + Retry-After (Cog body)
     ├── AtCapacityError            every slot is in use and there is no queue    409 (Cog body)
     ├── InputValidationError       the input does not match the Input schema  422 (FastAPI body)
+    ├── WebhookRefusedError        the webhook is an address the SSRF guard refuses
+    │                                                                        422 (FastAPI body)
     ├── QueueFullError             the bounded queue is full    503 + Retry-After  queue_full
     ├── RateLimitedError           the tenant used up its limit 429 + Retry-After
     │                                                                     rate_limit_exceeded
@@ -17,7 +22,9 @@ one function (:func:`runners.problems.refusal`) and no table keyed by type::
     │                                                                             not-running
     ├── UnavailableError           a control call while the runner is ...  503 + Retry-After
     │   ├── StartingError          ... starting                                      starting
-    │   └── StoppingError          ... stopping                                      stopping
+    │   ├── StoppingError          ... stopping                                      stopping
+    │   └── NonceStoreUnavailableError  ... cannot reach its nonce store
+    │                                                                 nonce-store-unavailable
     ├── InvalidJSONError           a control call's body is not JSON          400 invalid-json
     ├── InvalidBodyError           a control call's body is not an object     400 invalid-body
     ├── InvalidFieldError          a control call's field is missing or bad  422 invalid-field
@@ -44,12 +51,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from runners.protocol import (
+    AUTHORIZATION,
     JSON,
     PROBLEM_JSON,
     RATE_LIMIT_LIMIT,
     RATE_LIMIT_REMAINING,
     RATE_LIMIT_RESET,
     RETRY_AFTER,
+    WWW_AUTHENTICATE,
     ErrorCode,
     QueueFullDetail,
     RateLimitDetail,
@@ -88,6 +97,42 @@ class RequestRefused(Exception):
 
     def headers(self) -> dict[str, str]:
         return {} if self.retry_after is None else {RETRY_AFTER: str(self.retry_after)}
+
+
+class UnauthorizedError(RequestRefused):
+    """Raised when the runner has a token and a request (other than a health check) does not
+    carry it as ``Authorization: Bearer``."""
+
+    status = 401
+    code = "unauthorized"
+    title = "Unauthorized"
+    reason = "unauthorized"
+
+    def __init__(self) -> None:
+        super().__init__("this runner needs Authorization: Bearer <its CONDUIT_RUNNER_TOKEN>")
+
+    def members(self) -> dict[str, Any]:
+        return {"field": AUTHORIZATION}
+
+    def headers(self) -> dict[str, str]:
+        return super().headers() | {WWW_AUTHENTICATE: 'Bearer realm="conduit-runner"'}
+
+
+class InternalOnlyError(RequestRefused):
+    """Raised when a call only the runner's own director may make (shutdown, cancel, attach
+    or taking over a prediction's snapshots) comes from a peer that is not on loopback, and the
+    runner has no token that would tell its director apart."""
+
+    status = 403
+    code = "internal-only"
+    title = "Forbidden"
+    reason = "internal_only"
+
+    def __init__(self, action: str) -> None:
+        super().__init__(
+            f"{action} is accepted only from loopback, or with the runner token "
+            "(set CONDUIT_RUNNER_TOKEN on the runner and its director)"
+        )
 
 
 class _CogRefusal(RequestRefused):
@@ -154,6 +199,20 @@ class InputValidationError(RequestRefused):
             for issue in self.issues
         ]
         return {"detail": detail}
+
+
+class WebhookRefusedError(RequestRefused):
+    """Raised when a prediction names a webhook the SSRF guard refuses (an internal address
+    not in ``CONDUIT_RUNNER_WEBHOOK_ALLOW``); answered as the runner answers other bad bodies,
+    ``{"detail": [{"loc": ["body", "webhook"], ...}]}``, before anything runs."""
+
+    status = 422
+    code = "webhook-refused"
+    reason = "invalid"
+    media_type = JSON
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": [{"loc": ["body", "webhook"], "msg": str(self), "type": "value_error"}]}
 
 
 class QueueFullError(RequestRefused):
@@ -259,6 +318,16 @@ class StoppingError(UnavailableError):
 
     def __init__(self) -> None:
         super().__init__("runner is stopping")
+
+
+class NonceStoreUnavailableError(UnavailableError):
+    """Raised when a lifecycle call cannot record its token's nonce (Redis does not answer):
+    refused rather than run without replay protection."""
+
+    code = "nonce-store-unavailable"
+
+    def __init__(self) -> None:
+        super().__init__("the operation-token nonce store does not answer; retry shortly")
 
 
 class InvalidJSONError(RequestRefused):

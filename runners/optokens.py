@@ -9,11 +9,16 @@ model, once, within a few minutes of being issued. On the wire it is unpadded ba
      "signature": "<hex HMAC-SHA256 of opToken as JSON, sorted keys, separators (',', ':')>"}
 
 ``issuedAt`` is epoch seconds, as the runner API spec writes it and :func:`issue` writes it;
-an ISO 8601 string with a time zone (``"2026-11-22T03:00:00Z"``) is accepted too.
+an ISO 8601 string with a time zone (``"2026-11-22T03:00:00Z"``) is accepted too. Conduit adds
+one optional claim, ``"runnerId"``: a token naming a runner (its ``runnerId`` in capabilities,
+``CONDUIT_RUNNER_ID``) is accepted by that runner only; without it, by any runner holding the key.
 
 :class:`OpTokenVerifier` checks, in this order: parse → signature → time window → operation and
-model → signers → nonce. The nonce is recorded only when everything before it passed, so a token
-rejected for any other reason cannot burn a nonce.
+model → runner → signers → nonce. The nonce is recorded only when everything before it passed,
+so a token rejected for any other reason cannot burn a nonce. Nonces are recorded in this
+process's memory (:class:`MemoryNonceStore`) or, with ``CONDUIT_RUNNER_REDIS_URL``, in Redis
+(:class:`RedisNonceStore`, keys ``optoken:nonce:<nonce>``), so that replicas behind one address
+and a restarted runner refuse a replay too.
 
 This module does not authenticate *who* signed: ``signers`` are names inside a body that anyone
 holding the one shared key can write. ``OP_TOKEN_MIN_SIGNERS`` makes the issuer state an
@@ -31,10 +36,15 @@ Errors (all are refusals before any model code runs, so they extend
     │                               the past or future
     ├── OperationMismatchError      the token is for another operation    operation-mismatch
     ├── ModelMismatchError          the token is for another model        model-mismatch
+    ├── RunnerMismatchError         the token names another runner        runner-mismatch
     ├── InsufficientSignersError    fewer than min_signers configured     insufficient-signers
     │                               names are listed
     └── ReplayedNonceError          the nonce was already accepted        replayed-nonce
                                     within the window
+
+A nonce store that does not answer refuses the call with
+:class:`runners.errors.NonceStoreUnavailableError` (503): no lifecycle call runs without replay
+protection.
 """
 
 from __future__ import annotations
@@ -54,7 +64,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
-from runners.errors import RequestRefused
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from runners.errors import NonceStoreUnavailableError, RequestRefused
 from runners.protocol import Operation
 from runners.protocol.lifecycle import OpTokenClaims, OpTokenEnvelope, wire_names
 
@@ -68,6 +81,8 @@ _MAX_TOKEN_CHARS = 8192
 _NONCE = re.compile(r"[0-9a-f]{32,128}")
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _BODY_KEYS = wire_names(OpTokenClaims)
+_REQUIRED_BODY_KEYS = wire_names(OpTokenClaims, required=True)
+NONCE_KEY_PREFIX = "optoken:nonce:"
 _ENVELOPE_KEYS = wire_names(OpTokenEnvelope)
 
 
@@ -112,6 +127,12 @@ class ModelMismatchError(OpTokenError):
     code = "model-mismatch"
 
 
+class RunnerMismatchError(OpTokenError):
+    """Raised when a validly signed token names (``runnerId``) a runner other than this one."""
+
+    code = "runner-mismatch"
+
+
 class InsufficientSignersError(OpTokenError):
     """Raised when fewer than ``min_signers`` distinct configured signer names are listed.
 
@@ -136,18 +157,22 @@ class OpToken:
     issued_at: datetime
     signers: tuple[str, ...]
     nonce: str
+    runner_id: str | None = None
+    """The runner the token is for; None when any runner may accept it."""
 
 
 class NonceStore(Protocol):
     """Remembers accepted nonces until they expire.
 
-    ``add`` must check and record in one atomic step (a shared store would use Redis
-    ``SET nonce 1 NX PXAT expires_at``).
+    ``add`` must check and record in one atomic step.
     """
 
-    def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
-        """Record ``nonce`` until ``expires_at``; False if it is already recorded."""
+    async def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
+        """Record ``nonce`` until ``expires_at``; False if it is already recorded. Raises
+        :class:`NonceStoreUnavailableError` when the store cannot say."""
         ...
+
+    async def aclose(self) -> None: ...
 
 
 class MemoryNonceStore:
@@ -167,7 +192,7 @@ class MemoryNonceStore:
     def __len__(self) -> int:
         return len(self._expiry)
 
-    def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
+    async def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
         self.forget_expired(now)
         if nonce in self._expiry:
             return False
@@ -179,6 +204,40 @@ class MemoryNonceStore:
         while self._heap and self._heap[0][0] <= now:
             _, nonce = heapq.heappop(self._heap)
             del self._expiry[nonce]
+
+    async def aclose(self) -> None:
+        pass
+
+
+def nonce_key(nonce: str) -> str:
+    """The Redis key that records an accepted nonce."""
+    return NONCE_KEY_PREFIX + nonce
+
+
+class RedisNonceStore:
+    """A :class:`NonceStore` in Redis, shared by every verifier that uses it: ``SET key 1 NX
+    PXAT <expiry>`` checks and records in one step, and Redis forgets the nonce once no token
+    carrying it could be accepted any more."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    @classmethod
+    def from_url(cls, url: str) -> RedisNonceStore:
+        """From a ``redis://`` or ``rediss://`` URL; connects on first use. Short timeouts: a
+        lifecycle call waits on it."""
+        return cls(Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5))
+
+    async def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
+        expiry_ms = math.ceil(expires_at.timestamp() * 1000)
+        try:
+            created = await self._redis.set(nonce_key(nonce), b"1", nx=True, pxat=expiry_ms)
+        except (RedisError, OSError) as error:
+            raise NonceStoreUnavailableError() from error
+        return bool(created)
+
+    async def aclose(self) -> None:
+        await self._redis.aclose()
 
 
 def read_key(path: str | Path) -> bytes:
@@ -217,8 +276,10 @@ def issue(
     model_id: str | None,
     signers: list[str],
     now: datetime | None = None,
+    runner_id: str | None = None,
 ) -> str:
-    """Mint a token for ``operation`` on ``model_id`` (None for model-less calls)."""
+    """Mint a token for ``operation`` on ``model_id`` (None for model-less calls), for the
+    runner ``runner_id`` only when one is given."""
     if operation not in OPERATIONS:
         known = sorted(op.value for op in Operation)
         raise ValueError(f"unknown operation {operation!r}; expected one of {known}")
@@ -228,14 +289,17 @@ def issue(
         issued_at=epoch_seconds(now or datetime.now(UTC)),
         signers=list(signers),
         nonce=secrets.token_hex(NONCE_BYTES),
+        **({} if runner_id is None else {"runner_id": runner_id}),
     )
-    envelope = OpTokenEnvelope(op_token=claims, signature=sign(key, claims.wire()))
-    raw = json.dumps(envelope.wire(), separators=(",", ":")).encode()
+    body = claims.wire()  # without runnerId unless it was given: the spec's shape
+    envelope = {"opToken": body, "signature": sign(key, body)}
+    raw = json.dumps(envelope, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
 class OpTokenVerifier:
-    """Verifies tokens for one runner; keep one per process so the nonce store is shared."""
+    """Verifies tokens for one runner (``runner_id``, which tokens naming a runner must name);
+    keep one per process so the nonce store is shared."""
 
     def __init__(
         self,
@@ -243,6 +307,7 @@ class OpTokenVerifier:
         signers: Iterable[str],
         min_signers: int = 1,
         *,
+        runner_id: str | None = None,
         max_skew: timedelta = DEFAULT_MAX_SKEW,
         nonce_margin: timedelta = DEFAULT_NONCE_MARGIN,
         nonce_store: NonceStore | None = None,
@@ -259,6 +324,7 @@ class OpTokenVerifier:
         if max_skew <= timedelta(0) or nonce_margin < timedelta(0):
             raise ValueError("max_skew must be positive and nonce_margin not negative")
         self._key = key
+        self.runner_id = runner_id
         self.min_signers = min_signers
         self.max_skew = max_skew
         self.nonce_margin = nonce_margin
@@ -266,16 +332,28 @@ class OpTokenVerifier:
         self._clock = clock or (lambda: datetime.now(UTC))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> OpTokenVerifier:
+    def from_env(
+        cls,
+        environ: Mapping[str, str] | None = None,
+        *,
+        runner_id: str | None = None,
+        nonce_store: NonceStore | None = None,
+    ) -> OpTokenVerifier:
         """From ``VERIFIED_OP_TOKEN_KEY_PATH``, ``OP_TOKEN_SIGNERS``, ``OP_TOKEN_MIN_SIGNERS``."""
         env = os.environ if environ is None else environ
         path = env.get("VERIFIED_OP_TOKEN_KEY_PATH")
         if not path:
             raise ValueError("VERIFIED_OP_TOKEN_KEY_PATH is not set")
         signers = [name.strip() for name in env.get("OP_TOKEN_SIGNERS", "").split(",")]
-        return cls(read_key(path), signers, int(env.get("OP_TOKEN_MIN_SIGNERS") or 1))
+        return cls(
+            read_key(path),
+            signers,
+            int(env.get("OP_TOKEN_MIN_SIGNERS") or 1),
+            runner_id=runner_id,
+            nonce_store=nonce_store,
+        )
 
-    def verify(self, token: str, operation: str, model_id: str | None) -> OpToken:
+    async def verify(self, token: str, operation: str, model_id: str | None) -> OpToken:
         """Return the token's body if it authorises ``operation`` on ``model_id`` now.
 
         Raises an :class:`OpTokenError` subclass naming the first check that failed.
@@ -300,6 +378,11 @@ class OpTokenVerifier:
             raise ModelMismatchError(
                 f"operation token is for model {op_token.model_id!r}, not {model_id!r}"
             )
+        if op_token.runner_id is not None and op_token.runner_id != self.runner_id:
+            raise RunnerMismatchError(
+                f"operation token is for runner {op_token.runner_id!r}, not this one "
+                f"({self.runner_id!r})"
+            )
         present = len(self.signers.intersection(op_token.signers))
         if present < self.min_signers:
             raise InsufficientSignersError(
@@ -307,7 +390,7 @@ class OpTokenVerifier:
             )
         # A token stays acceptable until issued_at + max_skew; the margin covers clock steps.
         expires_at = op_token.issued_at + self.max_skew + self.nonce_margin
-        if not self.nonces.add(op_token.nonce, expires_at, now):
+        if not await self.nonces.add(op_token.nonce, expires_at, now):
             raise ReplayedNonceError("operation token nonce was already used")
         return op_token
 
@@ -343,8 +426,11 @@ def _parse(token: str) -> tuple[OpToken, dict[str, Any], str]:
     if not isinstance(envelope, dict) or envelope.keys() != _ENVELOPE_KEYS:
         _malformed(f"expected exactly the keys {sorted(_ENVELOPE_KEYS)}")
     body, signature = envelope["opToken"], envelope["signature"]
-    if not isinstance(body, dict) or body.keys() != _BODY_KEYS:
-        _malformed(f"opToken must have exactly the keys {sorted(_BODY_KEYS)}")
+    if not isinstance(body, dict) or not _REQUIRED_BODY_KEYS <= body.keys() <= _BODY_KEYS:
+        _malformed(
+            f"opToken must have the keys {sorted(_REQUIRED_BODY_KEYS)}, and may have "
+            f"{sorted(_BODY_KEYS - _REQUIRED_BODY_KEYS)}, nothing else"
+        )
     if not isinstance(signature, str):
         _malformed("signature must be a string")
     return _to_op_token(body), body, signature
@@ -354,6 +440,7 @@ def _to_op_token(body: dict[str, Any]) -> OpToken:
     """Check the body's field types and values."""
     operation, model_id = body["operation"], body["modelId"]
     issued_at, signers, nonce = body["issuedAt"], body["signers"], body["nonce"]
+    runner_id = body.get("runnerId")
     if operation not in OPERATIONS:
         _malformed(f"unknown operation {operation!r}")
     if model_id is not None and not isinstance(model_id, str):
@@ -362,7 +449,9 @@ def _to_op_token(body: dict[str, Any]) -> OpToken:
         _malformed("signers must be a list of strings")
     if not isinstance(nonce, str) or not _NONCE.fullmatch(nonce):
         _malformed("nonce must be 32 to 128 lowercase hex digits")
-    return OpToken(operation, model_id, _issued_at(issued_at), tuple(signers), nonce)
+    if "runnerId" in body and (not isinstance(runner_id, str) or not runner_id):
+        _malformed("runnerId must be a non-empty string")
+    return OpToken(operation, model_id, _issued_at(issued_at), tuple(signers), nonce, runner_id)
 
 
 def _issued_at(value: Any) -> datetime:

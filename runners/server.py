@@ -2,7 +2,8 @@
 
 It owns routing, request parsing and the mapping of :mod:`runners.errors` to coglet's
 status codes and bodies (and, for the refusals coglet does not have, problem+json); the logic
-lives in :class:`runners.service.RunnerService`, the control API in :mod:`runners.control`. It
+lives in :class:`runners.service.RunnerService`, the control API in :mod:`runners.control`, who
+may call what in :mod:`runners.auth`. It
 does not poll (there is no ``GET /predictions/{id}``) or keep finished predictions:
 deduplicating across completion is the platform's job.
 """
@@ -23,6 +24,7 @@ from aiohttp.log import access_logger
 
 from runners import COG_VERSION
 from runners import protocol as wire
+from runners.auth import is_loopback_host, protect, require_internal
 from runners.cache import CacheMode
 from runners.config import RunnerConfig
 from runners.control import add_control_routes
@@ -143,14 +145,18 @@ async def _run(
 ) -> web.StreamResponse:
     service = request.app[SERVICE]
     options = _options(request)
+    attach = request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH
+    if attach:
+        require_internal(request, "attach")
     if (existing := service.get(prediction_id)) is not None:
         request[_PREDICTION] = existing
         if options.stream:  # a director that took it over: its snapshots go there now
+            require_internal(request, "taking over a running prediction")
             stream = SnapshotStream(body.webhook_events_filter, fallback=service.fallback(body))
             existing.redirect(stream)
             return await _stream(request, stream, {})
         return _json(existing.snapshot(with_input=True), 202)
-    if request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH:
+    if attach:
         raise NotRunningError(prediction_id)  # attach only: nothing may start
     trace = {k: v for k in wire.TRACE_HEADERS if (v := request.headers.get(k))}
     try:
@@ -209,6 +215,7 @@ async def create_prediction_idempotent(request: web.Request) -> web.StreamRespon
 
 
 async def cancel_prediction(request: web.Request) -> web.Response:
+    require_internal(request, "cancel")
     canceled = request.app[SERVICE].cancel(request.match_info["id"])
     return _json({}, 200 if canceled else 404)
 
@@ -227,6 +234,7 @@ async def openapi_schema(request: web.Request) -> web.Response:
 
 
 async def shutdown(request: web.Request) -> web.Response:
+    require_internal(request, "shutdown")
     request.app[SERVICE].shutdown_requested.set()
     return _json({})
 
@@ -239,9 +247,12 @@ def create_app(
     Serve it with ``handler_cancellation=True`` (as :func:`serve` and aiohttp's test server
     do) so that a sync client hanging up cancels its prediction. ``POST /shutdown`` only sets
     ``app[SERVICE].shutdown_requested``; whoever runs the app decides what stopping means.
+    With ``config.token`` set, every route but the health checks needs it (:mod:`runners.auth`).
     """
-    service = RunnerService(model, concurrency, config or RunnerConfig.from_env())
+    config = config or RunnerConfig.from_env()
+    service = RunnerService(model, concurrency, config)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[refusals])
+    protect(app, config.token)
     app[SERVICE] = service
 
     async def on_startup(_: web.Application) -> None:
@@ -280,6 +291,12 @@ async def run_app(app: web.Application, host: str, port: int) -> None:
         await web.TCPSite(runner, host, port).start()
         for address in runner.addresses:
             log.info("runner for %s listening on %s:%s", service.model.name, *address[:2])
+        if service.config.token is None and not is_loopback_host(host):
+            log.warning(
+                "listening on %s without CONDUIT_RUNNER_TOKEN: whoever reaches this port may "
+                "run predictions; shutdown, cancel and attach are refused to all but loopback",
+                host,
+            )
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, service.shutdown_requested.set)
         await service.shutdown_requested.wait()

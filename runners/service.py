@@ -37,7 +37,7 @@ from runners.errors import (
 from runners.lifecycle import LoadTask, ModelLifecycle, ModelState, Unloaded
 from runners.metrics import RunnerMetrics
 from runners.model import Model, ModelCacheFlush
-from runners.optokens import OpTokenVerifier
+from runners.optokens import NonceStore, OpTokenVerifier, RedisNonceStore
 from runners.prediction import Prediction
 from runners.protocol import FlushScope, HealthStatus, PredictionRequest, Priority, RunnerStatus
 from runners.ratelimit import TenantRateLimiter
@@ -106,7 +106,7 @@ class RunnerService:
         self.limiter = TenantRateLimiter.from_env()
         self.metrics = RunnerMetrics()
         self.cache = ResultCache(config.cache_max_bytes, on_lookup=self._count_lookup)
-        self.op_tokens = OpTokenVerifier.from_env() if _op_tokens_configured() else None
+        self.op_tokens = self._op_token_verifier()
         self.shutdown_requested = asyncio.Event()
         self.started_at = datetime.now(UTC).isoformat()
         self._began = time.monotonic()
@@ -146,6 +146,17 @@ class RunnerService:
                 await asyncio.wait(pending, timeout=grace)
         self.lifecycle.cancel()
         await self.webhooks.close(timeout=grace)
+        if self.op_tokens is not None:
+            await self.op_tokens.nonces.aclose()
+
+    def _op_token_verifier(self) -> OpTokenVerifier | None:
+        """Lifecycle calls' verifier, None when no key is configured (they are refused)."""
+        if not os.environ.get("VERIFIED_OP_TOKEN_KEY_PATH"):
+            return None
+        nonces: NonceStore | None = None
+        if self.config.redis_url:
+            nonces = RedisNonceStore.from_url(self.config.redis_url)
+        return OpTokenVerifier.from_env(runner_id=self.runner_id, nonce_store=nonces)
 
     # state
 
@@ -227,6 +238,7 @@ class RunnerService:
         start; raises :mod:`runners.errors`."""
         options = options or RequestOptions()
         inputs = self.validator.prepare(request.input)
+        sender = self.fallback(request, trace)  # a refused webhook is refused before admission
         if self._stopping or self.starting or self.lifecycle.state is ModelState.FAILED:
             raise NotReadyError()
         if not self.ready:
@@ -237,7 +249,6 @@ class RunnerService:
         except RateLimitedError:
             self.scheduler.release(ticket)
             raise
-        sender = self.fallback(request, trace)
         stream = None
         if options.stream:
             stream = SnapshotStream(request.webhook_events_filter, fallback=sender)
@@ -264,7 +275,8 @@ class RunnerService:
     def fallback(
         self, request: PredictionRequest, trace: Mapping[str, str] | None = None
     ) -> SnapshotSink | None:
-        """The request's webhook sender, if it named a webhook."""
+        """The request's webhook sender, if it named a webhook; raises
+        :class:`runners.errors.WebhookRefusedError` for one the SSRF guard refuses."""
         if not request.webhook:
             return None
         return self.webhooks.sender(request.webhook, request.webhook_events_filter, trace or {})
@@ -371,7 +383,3 @@ class RunnerService:
 
     def _count_lookup(self, hit: bool) -> None:
         self.metrics.cache_lookups.labels("result", "hit" if hit else "miss").inc()
-
-
-def _op_tokens_configured() -> bool:
-    return bool(os.environ.get("VERIFIED_OP_TOKEN_KEY_PATH"))

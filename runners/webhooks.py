@@ -6,6 +6,15 @@ snapshots in order. Snapshots are cumulative, so a newer one simply replaces a p
 that has not gone out yet. Non-terminal posts are best effort; the terminal one is retried
 with exponential backoff. None of it ever holds a prediction slot: a slow or dead receiver
 must not wedge the model (cog issues #742, #2229).
+
+A webhook URL comes from whoever started the prediction, so the sender trusts nothing about it
+(DESIGN §8): the SSRF guard (:mod:`runners.ssrf`) refuses at once a URL that names an internal
+address outside ``CONDUIT_RUNNER_WEBHOOK_ALLOW`` (422, before anything runs) and checks every
+address a name resolves to before connecting; redirects are not followed (a 3xx is a refusal);
+at most :data:`MAX_ANSWER_BYTES` of an answer is read, undecoded; connecting is bounded by its
+own short timeout. The headers are fixed here: never the runner token, only coglet's
+``WEBHOOK_AUTH_TOKEN`` (the credential meant for webhook receivers, which the settings keep
+apart from the runner token) and the request's trace context.
 """
 
 from __future__ import annotations
@@ -24,11 +33,15 @@ from runners import COG_VERSION
 from runners import protocol as wire
 from runners.backoff import UNREACHABLE, backoff_delay
 from runners.config import RunnerConfig
+from runners.errors import WebhookRefusedError
 from runners.protocol import WebhookEvent
+from runners.ssrf import BlockedAddress, GuardedResolver, check_webhook_url
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_ANSWER_BYTES = 64 * 1024
+"""Most bytes of a receiver's answer read; the status is all the sender needs."""
 
 
 class SnapshotSink(Protocol):
@@ -49,8 +62,7 @@ class WebhookDispatcher:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.config.webhook_timeout)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._session = open_session(self.config)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -61,11 +73,20 @@ class WebhookDispatcher:
     def sender(
         self, url: str, events: Collection[WebhookEvent], trace: Mapping[str, str]
     ) -> WebhookSender | None:
-        """A sender for one prediction, or None (logged) when ``url`` is not http(s)."""
+        """A sender for one prediction, or None (logged) when ``url`` is not http(s), as
+        coglet ignores such a webhook. Raises :class:`WebhookRefusedError` when the SSRF guard
+        refuses it."""
         parsed = yarl.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
             log.error("ignoring webhook %r: not an http(s) URL", url)
             return None
+        config = self.config
+        try:
+            check_webhook_url(url, config.webhook_networks(), config.webhook_hosts())
+        except BlockedAddress as error:
+            raise WebhookRefusedError(
+                f"{error} (allowed: CONDUIT_RUNNER_WEBHOOK_ALLOW={config.webhook_allow})"
+            ) from error
         headers = {
             wire.CONTENT_TYPE: wire.JSON,
             wire.ACCEPT: "*/*",
@@ -92,6 +113,43 @@ class WebhookDispatcher:
                 await asyncio.wait(pending)
         if self._session is not None:
             await self._session.close()
+
+
+def open_session(config: RunnerConfig) -> aiohttp.ClientSession:
+    """The runner's one webhook session: guarded resolver, short connect timeout, answers
+    left compressed (never inflated: only their status is read)."""
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(config.webhook_networks(), allow_hosts=config.webhook_hosts())
+    )
+    timeout = aiohttp.ClientTimeout(
+        total=config.webhook_timeout, sock_connect=config.webhook_connect_timeout
+    )
+    return aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
+
+
+async def post(
+    session: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str]
+) -> int:
+    """One POST; its status. Follows no redirect, reads at most :data:`MAX_ANSWER_BYTES` of
+    the answer and drops the connection when there is more. Raises what ``UNREACHABLE``
+    lists, or :class:`BlockedAddress` when the URL's name resolves only to refused addresses.
+    """
+    async with session.post(url, data=body, headers=headers, allow_redirects=False) as response:
+        await read_capped(response.content, MAX_ANSWER_BYTES)
+        if not response.content.at_eof():
+            response.close()  # unread rest: not worth a connection's reuse
+        return response.status
+
+
+async def read_capped(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``content``, fewer when it ends first."""
+    data = bytearray()
+    while len(data) < limit:
+        chunk = await content.read(limit - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
 
 
 class WebhookSender:
@@ -169,16 +227,15 @@ class WebhookSender:
 
     async def _post(self, payload: dict[str, Any]) -> int:
         body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
-        session = self._dispatcher.session
-        async with session.post(self.url, data=body, headers=self._headers) as response:
-            await response.read()
-            return response.status
+        return await post(self._dispatcher.session, self.url, body, self._headers)
 
     async def _post_best_effort(self, payload: dict[str, Any]) -> None:
         try:
             await self._post(payload)
         except UNREACHABLE as error:
             log.debug("non-terminal webhook to %s failed: %r", self.url, error)
+        except BlockedAddress as error:
+            log.error("webhook to %s not sent: %s", self.url, error)
 
     async def _post_with_retries(self, payload: dict[str, Any]) -> None:
         for attempt in range(self._config.webhook_max_retries + 1):
@@ -186,6 +243,9 @@ class WebhookSender:
                 status = await self._post(payload)
             except UNREACHABLE as error:
                 log.warning("terminal webhook to %s failed: %r", self.url, error)
+            except BlockedAddress as error:
+                log.error("terminal webhook to %s not sent: %s", self.url, error)
+                return
             else:
                 if status < 300:
                     return

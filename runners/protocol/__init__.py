@@ -20,6 +20,8 @@ Conduit's additions, all ignored by (and absent from) a stock Cog server:
   lifecycle calls' requests and answers and the health document in
   :mod:`runners.protocol.lifecycle`.
 - Refusals that are not Cog's own are RFC 9457 problem+json; ``code`` names them.
+- ``Authorization: Bearer <CONDUIT_RUNNER_TOKEN>`` on every request but the health checks, when
+  the runner has a token (401 ``unauthorized`` without it); a stock Cog server ignores it.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ CONTENT_TYPE: Final = "Content-Type"
 ACCEPT: Final = "Accept"
 LOCATION: Final = "Location"
 AUTHORIZATION: Final = "Authorization"
+WWW_AUTHENTICATE: Final = "WWW-Authenticate"
 USER_AGENT: Final = "User-Agent"
 TRACE_HEADERS: Final = ("traceparent", "tracestate")
 """W3C trace context: a runner passes a prediction request's on to its webhooks."""
@@ -69,6 +72,12 @@ RATE_LIMIT_LIMIT: Final = "X-RateLimit-Limit"
 RATE_LIMIT_REMAINING: Final = "X-RateLimit-Remaining"
 RATE_LIMIT_RESET: Final = "X-RateLimit-Reset"
 
+
+def bearer(token: str) -> dict[str, str]:
+    """The ``Authorization`` header that carries ``token`` (the runner token, on each call)."""
+    return {AUTHORIZATION: f"Bearer {token}"}
+
+
 # paths: Cog's, then the control API's (the spec's)
 ROOT_PATH: Final = "/"
 HEALTH_CHECK_PATH: Final = "/health-check"
@@ -85,6 +94,8 @@ UNLOAD_PATH: Final = "/v1/models/unload"
 CACHE_FLUSH_PATH: Final = "/v1/cache/flush"
 HEALTH_PATH: Final = "/health"
 METRICS_PATH: Final = "/metrics"
+PROBE_PATHS: Final = frozenset({HEALTH_CHECK_PATH, HEALTH_PATH})
+"""The health checks: ``GET`` answered without the runner token, so probes need no secret."""
 
 
 class Priority(enum.StrEnum):

@@ -171,12 +171,17 @@ class HealthDocument(_Document):
 class OpTokenClaims(_Document):
     """The signed ``opToken`` of a ``verifiedOpToken`` (:mod:`runners.optokens`)."""
 
+    _sparse = True  # runnerId is left out unless the token names a runner
+
     operation: Operation
     model_id: str | None
     issued_at: int
     """Epoch seconds, as the spec writes it (a verifier also accepts ISO 8601 with a zone)."""
     signers: list[str]
     nonce: str
+    runner_id: str | None = None
+    """Conduit's addition: the one runner (its ``runnerId`` in capabilities) that may accept
+    the token; absent, any runner holding the key may."""
 
 
 class OpTokenEnvelope(_Document):
@@ -187,6 +192,10 @@ class OpTokenEnvelope(_Document):
     """Hex HMAC-SHA256 of ``opToken`` as JSON with sorted keys and no spaces."""
 
 
-def wire_names(document: type[_Document]) -> frozenset[str]:
-    """The names a document's fields have on the wire."""
-    return frozenset(field.alias or name for name, field in document.model_fields.items())
+def wire_names(document: type[_Document], *, required: bool = False) -> frozenset[str]:
+    """The names a document's fields have on the wire (only the required ones if asked)."""
+    return frozenset(
+        field.alias or name
+        for name, field in document.model_fields.items()
+        if field.is_required() or not required
+    )

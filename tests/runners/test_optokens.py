@@ -1,4 +1,5 @@
-"""Operation tokens: every rejection reason, the check order, replay and the CLI that mints them."""
+"""Operation tokens: every rejection reason, the check order, replay (in memory and shared
+through a real Redis), tokens bound to one runner, and the CLI that mints them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
-from runners.errors import RequestRefused
+from conduit.services import free_port
+from runners.errors import NonceStoreUnavailableError, RequestRefused
 from runners.optokens import (
     BadSignatureError,
     InsufficientSignersError,
@@ -26,8 +29,11 @@ from runners.optokens import (
     OpTokenError,
     OpTokenVerifier,
     OutsideValidityWindowError,
+    RedisNonceStore,
     ReplayedNonceError,
+    RunnerMismatchError,
     issue,
+    nonce_key,
     read_key,
 )
 
@@ -97,24 +103,24 @@ def test_nonces_differ_between_tokens() -> None:
     assert decode(first)["opToken"]["nonce"] != decode(second)["opToken"]["nonce"]
 
 
-def test_accepts_exactly_m_of_n_signers() -> None:
+async def test_accepts_exactly_m_of_n_signers() -> None:
     token = issue(KEY, "model-load", MODEL, ["alice", "carol"], NOW)
-    op_token = verifier(min_signers=2).verify(token, "model-load", MODEL)
+    op_token = await verifier(min_signers=2).verify(token, "model-load", MODEL)
     assert op_token.operation == "model-load"
     assert op_token.model_id == MODEL
     assert op_token.issued_at == NOW
     assert op_token.signers == ("alice", "carol")
 
 
-def test_accepts_a_token_without_a_model_for_a_call_without_one() -> None:
+async def test_accepts_a_token_without_a_model_for_a_call_without_one() -> None:
     token = issue(KEY, "cache-flush", None, ["bob"], NOW)
-    assert verifier(min_signers=1).verify(token, "cache-flush", None).model_id is None
+    assert (await verifier(min_signers=1).verify(token, "cache-flush", None)).model_id is None
 
 
-def test_accepts_padded_input() -> None:
+async def test_accepts_padded_input() -> None:
     token = issue(KEY, "model-unload", MODEL, SIGNERS, NOW)
     padded = token + "=" * (-len(token) % 4)
-    assert verifier().verify(padded, "model-unload", MODEL).nonce
+    assert (await verifier().verify(padded, "model-unload", MODEL)).nonce
 
 
 # --- one test per rejection reason ----------------------------------------------------------
@@ -144,41 +150,44 @@ def test_accepts_padded_input() -> None:
         signed(good_body(issuedAt=True)),
         signed(good_body(issuedAt=[1795316400])),
         signed(good_body(issuedAt=10**20)),
+        signed(good_body(runnerId=None)),
+        signed(good_body(runnerId=7)),
+        signed(good_body(runnerId="")),
         encode({"opToken": good_body(), "signature": 1}),
         "A" * 9000,
     ],
 )
-def test_rejects_malformed_tokens(token: str) -> None:
+async def test_rejects_malformed_tokens(token: str) -> None:
     with pytest.raises(MalformedOpTokenError):
-        verifier().verify(token, "model-load", MODEL)
+        await verifier().verify(token, "model-load", MODEL)
 
 
-def test_rejects_a_tampered_body() -> None:
+async def test_rejects_a_tampered_body() -> None:
     envelope = decode(issue(KEY, "model-load", MODEL, ["alice"], NOW))
     envelope["opToken"]["signers"].append("bob")
     with pytest.raises(BadSignatureError):
-        verifier().verify(encode(envelope), "model-load", MODEL)
+        await verifier().verify(encode(envelope), "model-load", MODEL)
 
 
-def test_rejects_a_tampered_signature() -> None:
+async def test_rejects_a_tampered_signature() -> None:
     envelope = decode(issue(KEY, "model-load", MODEL, SIGNERS, NOW))
     envelope["signature"] = envelope["signature"][:-1] + (
         "0" if envelope["signature"][-1] != "0" else "1"
     )
     with pytest.raises(BadSignatureError):
-        verifier().verify(encode(envelope), "model-load", MODEL)
+        await verifier().verify(encode(envelope), "model-load", MODEL)
 
 
-def test_rejects_a_token_signed_with_another_key() -> None:
+async def test_rejects_a_token_signed_with_another_key() -> None:
     token = issue(b"another key", "model-load", MODEL, SIGNERS, NOW)
     with pytest.raises(BadSignatureError):
-        verifier().verify(token, "model-load", MODEL)
+        await verifier().verify(token, "model-load", MODEL)
 
 
 @pytest.mark.parametrize("issued_at", [NOW.timestamp(), int(NOW.timestamp()), "2026-11-22T03:00Z"])
-def test_issued_at_as_epoch_seconds_or_iso_8601(issued_at: float | str) -> None:
+async def test_issued_at_as_epoch_seconds_or_iso_8601(issued_at: float | str) -> None:
     """The spec writes ``issuedAt`` as epoch seconds; ISO 8601 with a zone stays accepted."""
-    verified = verifier().verify(signed(good_body(issuedAt=issued_at)), "model-load", MODEL)
+    verified = await verifier().verify(signed(good_body(issuedAt=issued_at)), "model-load", MODEL)
     assert verified.issued_at == NOW
 
 
@@ -193,35 +202,35 @@ def test_issued_at_as_epoch_seconds_or_iso_8601(issued_at: float | str) -> None:
         (-timedelta(minutes=5, seconds=1), False),
     ],
 )
-def test_clock_skew_edges(offset: timedelta, accepted: bool) -> None:
+async def test_clock_skew_edges(offset: timedelta, accepted: bool) -> None:
     """Positive offset: the verifier's clock is ahead (an old token); negative: a future token."""
     token = issue(KEY, "model-load", MODEL, SIGNERS, NOW)
     check = verifier(clock=Clock(NOW + offset))
     if accepted:
-        check.verify(token, "model-load", MODEL)
+        await check.verify(token, "model-load", MODEL)
     else:
         with pytest.raises(OutsideValidityWindowError):
-            check.verify(token, "model-load", MODEL)
+            await check.verify(token, "model-load", MODEL)
 
 
-def test_the_window_is_configurable() -> None:
+async def test_the_window_is_configurable() -> None:
     token = issue(KEY, "model-load", MODEL, SIGNERS, NOW)
     check = verifier(clock=Clock(NOW + timedelta(seconds=31)), max_skew=timedelta(seconds=30))
     with pytest.raises(OutsideValidityWindowError):
-        check.verify(token, "model-load", MODEL)
+        await check.verify(token, "model-load", MODEL)
 
 
-def test_rejects_another_operation() -> None:
+async def test_rejects_another_operation() -> None:
     token = issue(KEY, "model-unload", MODEL, SIGNERS, NOW)
     with pytest.raises(OperationMismatchError):
-        verifier().verify(token, "model-load", MODEL)
+        await verifier().verify(token, "model-load", MODEL)
 
 
 @pytest.mark.parametrize(("token_model", "requested"), [("acme/other", MODEL), (None, MODEL)])
-def test_rejects_another_model(token_model: str | None, requested: str) -> None:
+async def test_rejects_another_model(token_model: str | None, requested: str) -> None:
     token = issue(KEY, "model-load", token_model, SIGNERS, NOW)
     with pytest.raises(ModelMismatchError):
-        verifier().verify(token, "model-load", requested)
+        await verifier().verify(token, "model-load", requested)
 
 
 @pytest.mark.parametrize(
@@ -234,44 +243,44 @@ def test_rejects_another_model(token_model: str | None, requested: str) -> None:
         ["Alice", "BOB"],
     ],
 )
-def test_rejects_too_few_configured_signers(signers: list[str]) -> None:
+async def test_rejects_too_few_configured_signers(signers: list[str]) -> None:
     token = issue(KEY, "model-load", MODEL, signers, NOW)
     with pytest.raises(InsufficientSignersError):
-        verifier(min_signers=2).verify(token, "model-load", MODEL)
+        await verifier(min_signers=2).verify(token, "model-load", MODEL)
 
 
-def test_rejects_a_replay() -> None:
+async def test_rejects_a_replay() -> None:
     token = issue(KEY, "model-load", MODEL, SIGNERS, NOW)
     check = verifier()
-    check.verify(token, "model-load", MODEL)
+    await check.verify(token, "model-load", MODEL)
     with pytest.raises(ReplayedNonceError):
-        check.verify(token, "model-load", MODEL)
+        await check.verify(token, "model-load", MODEL)
 
 
-def test_a_rejected_token_does_not_burn_its_nonce() -> None:
+async def test_a_rejected_token_does_not_burn_its_nonce() -> None:
     token = issue(KEY, "model-load", MODEL, SIGNERS, NOW)
     check = verifier()
     for operation, model in [("model-unload", MODEL), ("model-load", "acme/other")]:
         with pytest.raises(OpTokenError):
-            check.verify(token, operation, model)
-    assert check.verify(token, "model-load", MODEL).operation == "model-load"
+            await check.verify(token, operation, model)
+    assert (await check.verify(token, "model-load", MODEL)).operation == "model-load"
 
 
-def test_checks_run_in_the_documented_order() -> None:
+async def test_checks_run_in_the_documented_order() -> None:
     """A token wrong in every way is refused for the earliest check: signature, then time..."""
     stale_everything = issue(b"another key", "model-unload", "acme/other", [], NOW)
     check = verifier(clock=Clock(NOW + timedelta(hours=1)))
     with pytest.raises(BadSignatureError):
-        check.verify(stale_everything, "model-load", MODEL)
+        await check.verify(stale_everything, "model-load", MODEL)
     stale = issue(KEY, "model-unload", "acme/other", [], NOW)
     with pytest.raises(OutsideValidityWindowError):
-        check.verify(stale, "model-load", MODEL)
+        await check.verify(stale, "model-load", MODEL)
     wrong_op = issue(KEY, "model-unload", "acme/other", [], NOW)
     with pytest.raises(OperationMismatchError):
-        verifier().verify(wrong_op, "model-load", MODEL)
+        await verifier().verify(wrong_op, "model-load", MODEL)
     wrong_model = issue(KEY, "model-load", "acme/other", [], NOW)
     with pytest.raises(ModelMismatchError):
-        verifier().verify(wrong_model, "model-load", MODEL)
+        await verifier().verify(wrong_model, "model-load", MODEL)
 
 
 def test_every_rejection_is_a_runner_error() -> None:
@@ -281,39 +290,119 @@ def test_every_rejection_is_a_runner_error() -> None:
         OutsideValidityWindowError,
         OperationMismatchError,
         ModelMismatchError,
+        RunnerMismatchError,
         InsufficientSignersError,
         ReplayedNonceError,
     ):
         assert issubclass(error, OpTokenError) and issubclass(error, RequestRefused)
 
 
+# --- tokens bound to one runner -------------------------------------------------------------
+
+
+def test_a_token_names_its_runner_only_when_asked() -> None:
+    assert "runnerId" not in decode(issue(KEY, "model-load", MODEL, SIGNERS, NOW))["opToken"]
+    body = decode(issue(KEY, "model-load", MODEL, SIGNERS, NOW, runner_id="gpu-7"))["opToken"]
+    assert body["runnerId"] == "gpu-7"
+
+
+async def test_a_runner_bound_token_is_accepted_by_that_runner_only() -> None:
+    token = issue(KEY, "model-load", MODEL, SIGNERS, NOW, runner_id="gpu-7")
+    for other in ("gpu-8", "GPU-7", None):
+        with pytest.raises(RunnerMismatchError) as refused:
+            await verifier(runner_id=other).verify(token, "model-load", MODEL)
+        assert (refused.value.status, refused.value.code) == (403, "runner-mismatch")
+    assert (await verifier(runner_id="gpu-7").verify(token, "model-load", MODEL)).runner_id == (
+        "gpu-7"
+    )
+
+
+async def test_an_unbound_token_is_accepted_by_any_runner() -> None:
+    token = issue(KEY, "model-load", MODEL, SIGNERS, NOW)
+    assert (await verifier(runner_id="gpu-8").verify(token, "model-load", MODEL)).runner_id is None
+
+
+async def test_a_token_for_another_runner_is_refused_before_signers_and_burns_no_nonce() -> None:
+    check = verifier(runner_id="gpu-8")
+    token = issue(KEY, "model-load", MODEL, ["alice"], NOW, runner_id="gpu-7")
+    with pytest.raises(RunnerMismatchError):
+        await check.verify(token, "model-load", MODEL)
+    assert isinstance(check.nonces, MemoryNonceStore) and len(check.nonces) == 0
+
+
 # --- nonce store ----------------------------------------------------------------------------
 
 
-def test_nonce_store_forgets_expired_nonces() -> None:
+async def test_nonce_store_forgets_expired_nonces() -> None:
     store = MemoryNonceStore()
-    assert store.add("a", NOW + timedelta(minutes=1), NOW)
-    assert store.add("b", NOW + timedelta(minutes=3), NOW)
-    assert not store.add("a", NOW + timedelta(minutes=1), NOW + timedelta(seconds=59))
+    assert await store.add("a", NOW + timedelta(minutes=1), NOW)
+    assert await store.add("b", NOW + timedelta(minutes=3), NOW)
+    assert not await store.add("a", NOW + timedelta(minutes=1), NOW + timedelta(seconds=59))
     assert len(store) == 2
     store.forget_expired(NOW + timedelta(minutes=1))
     assert len(store) == 1
-    assert store.add("a", NOW + timedelta(minutes=5), NOW + timedelta(minutes=1))
+    assert await store.add("a", NOW + timedelta(minutes=5), NOW + timedelta(minutes=1))
     store.forget_expired(NOW + timedelta(minutes=10))
     assert len(store) == 0
 
 
-def test_verifier_remembers_a_nonce_for_the_window_and_margin_only() -> None:
+async def test_verifier_remembers_a_nonce_for_the_window_and_margin_only() -> None:
     clock = Clock()
     check = verifier(clock=clock, nonce_margin=timedelta(seconds=30))
     assert isinstance(check.nonces, MemoryNonceStore)
-    check.verify(issue(KEY, "model-load", MODEL, SIGNERS, NOW), "model-load", MODEL)
+    await check.verify(issue(KEY, "model-load", MODEL, SIGNERS, NOW), "model-load", MODEL)
     clock.now = NOW + timedelta(minutes=5, seconds=29)
     check.nonces.forget_expired(clock.now)
     assert len(check.nonces) == 1
     clock.now = NOW + timedelta(minutes=5, seconds=30)
-    check.verify(issue(KEY, "model-load", MODEL, SIGNERS, clock.now), "model-load", MODEL)
+    await check.verify(issue(KEY, "model-load", MODEL, SIGNERS, clock.now), "model-load", MODEL)
     assert len(check.nonces) == 1
+
+
+async def test_replay_is_refused_across_verifiers_sharing_redis(redis_url: str) -> None:
+    """Two replicas (or a runner and its restarted self), each with its own connection."""
+    stores = [RedisNonceStore.from_url(redis_url) for _ in range(2)]
+    first, second = (OpTokenVerifier(KEY, SIGNERS, 2, nonce_store=store) for store in stores)
+    try:
+        token = issue(KEY, "model-load", MODEL, SIGNERS)  # now: Redis expires keys by its clock
+        accepted = await first.verify(token, "model-load", MODEL)
+        with pytest.raises(ReplayedNonceError):
+            await second.verify(token, "model-load", MODEL)
+        with pytest.raises(ReplayedNonceError):
+            await first.verify(token, "model-load", MODEL)
+        async with Redis.from_url(redis_url) as redis:
+            ttl_ms = await redis.pttl(nonce_key(accepted.nonce))
+        window = first.max_skew + first.nonce_margin
+        assert timedelta(0) < timedelta(milliseconds=ttl_ms) <= window
+        assert nonce_key(accepted.nonce) == f"optoken:nonce:{accepted.nonce}"
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+async def test_a_refused_token_records_no_nonce_in_redis(redis_url: str) -> None:
+    store = RedisNonceStore.from_url(redis_url)
+    check = OpTokenVerifier(KEY, SIGNERS, 2, runner_id="gpu-8", nonce_store=store)
+    try:
+        token = issue(KEY, "model-load", MODEL, SIGNERS, runner_id="gpu-7")
+        with pytest.raises(RunnerMismatchError):
+            await check.verify(token, "model-load", MODEL)
+        async with Redis.from_url(redis_url) as redis:
+            assert not await redis.exists(nonce_key(decode(token)["opToken"]["nonce"]))
+    finally:
+        await store.aclose()
+
+
+async def test_an_unreachable_redis_refuses_the_call() -> None:
+    """No lifecycle call runs without replay protection: 503, not an accepted token."""
+    store = RedisNonceStore.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    check = OpTokenVerifier(KEY, SIGNERS, 2, nonce_store=store)
+    try:
+        with pytest.raises(NonceStoreUnavailableError) as refused:
+            await check.verify(issue(KEY, "model-load", MODEL, SIGNERS), "model-load", MODEL)
+        assert (refused.value.status, refused.value.code) == (503, "nonce-store-unavailable")
+    finally:
+        await store.aclose()
 
 
 # --- configuration --------------------------------------------------------------------------
@@ -341,7 +430,7 @@ def test_read_key_strips_one_trailing_newline(tmp_path: Path) -> None:
     assert read_key(path) == b"secret"
 
 
-def test_from_env(tmp_path: Path) -> None:
+async def test_from_env(tmp_path: Path) -> None:
     (tmp_path / "key").write_bytes(KEY + b"\n")
     check = OpTokenVerifier.from_env(
         {
@@ -353,8 +442,8 @@ def test_from_env(tmp_path: Path) -> None:
     assert check.signers == frozenset(SIGNERS)
     assert check.min_signers == 3
     with pytest.raises(InsufficientSignersError):
-        check.verify(issue(KEY, "cache-flush", None, ["alice", "bob"]), "cache-flush", None)
-    check.verify(issue(KEY, "cache-flush", None, SIGNERS), "cache-flush", None)
+        await check.verify(issue(KEY, "cache-flush", None, ["alice", "bob"]), "cache-flush", None)
+    await check.verify(issue(KEY, "cache-flush", None, SIGNERS), "cache-flush", None)
 
 
 def test_from_env_defaults_to_one_signer(tmp_path: Path) -> None:
@@ -368,7 +457,7 @@ def test_from_env_defaults_to_one_signer(tmp_path: Path) -> None:
 # --- CLI ------------------------------------------------------------------------------------
 
 
-def test_cli_mints_a_token_the_verifier_accepts(tmp_path: Path) -> None:
+async def test_cli_mints_a_token_the_verifier_accepts(tmp_path: Path) -> None:
     key_file = tmp_path / "op-token.key"
     key_file.write_bytes(KEY + b"\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -378,6 +467,24 @@ def test_cli_mints_a_token_the_verifier_accepts(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     token = done.stdout.strip()
     assert len(done.stdout.splitlines()) == 1
-    op_token = OpTokenVerifier(KEY, SIGNERS, 2).verify(token, "model-load", MODEL)
+    op_token = await OpTokenVerifier(KEY, SIGNERS, 2).verify(token, "model-load", MODEL)
     assert op_token.signers == ("alice", "bob")
+    assert op_token.runner_id is None
     assert abs(datetime.now(UTC) - op_token.issued_at) < timedelta(minutes=1)
+
+
+async def test_cli_mints_a_token_for_one_runner(tmp_path: Path) -> None:
+    key_file = tmp_path / "op-token.key"
+    key_file.write_bytes(KEY)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "conduit", "admin", "op-token", "--operation", "cache-flush"]
+    command += ["--signers", "alice,bob", "--key-file", str(key_file), "--runner", "gpu-7"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.strip()
+    with pytest.raises(RunnerMismatchError):
+        await OpTokenVerifier(KEY, SIGNERS, 2, runner_id="gpu-8").verify(token, "cache-flush", None)
+    verified = await OpTokenVerifier(KEY, SIGNERS, 2, runner_id="gpu-7").verify(
+        token, "cache-flush", None
+    )
+    assert verified.runner_id == "gpu-7"

@@ -1,0 +1,100 @@
+"""Who may call a runner (DESIGN §8): the runner token, and loopback for the internal calls.
+
+With ``CONDUIT_RUNNER_TOKEN`` set, every request but the health checks (``GET /health-check``
+and ``GET /health``, so probes need no secret) must carry ``Authorization: Bearer <token>``,
+compared in constant time; anything else is 401. Operation tokens stay an additional check on
+the lifecycle calls (:mod:`runners.control`).
+
+Some calls are internal: only the runner's own director may stop the runner, cancel a
+prediction or take one over (an attach, ``If-Match: *``, or a ``PUT`` that redirects a running
+prediction's snapshots to its caller). With a token they need it like everything else; without
+one they are accepted only from a loopback peer (403 otherwise), because then the token is all
+that would tell the director apart from anyone else who reaches the runner.
+
+The peer is the address of the connection (``request.remote`` as the transport reports it): do
+not put a forwarded-header middleware in front of a runner.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from runners.errors import InternalOnlyError, UnauthorizedError
+from runners.protocol import AUTHORIZATION, PROBE_PATHS
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+TOKEN_REQUIRED = web.AppKey("token_required", bool)
+"""Whether the app checks a runner token (set by :func:`protect`)."""
+
+_PROBE_METHODS = frozenset({"GET", "HEAD"})
+
+
+def protect(app: web.Application, token: str | None) -> None:
+    """Put the token check in front of every route of ``app`` (after the refusal renderer)."""
+    app[TOKEN_REQUIRED] = token is not None
+    app.middlewares.append(_authenticate(token))
+
+
+def _authenticate(token: str | None) -> Middleware:
+    expected = None if token is None else token.encode()
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if expected is not None and not _is_probe(request):
+            if not hmac.compare_digest(_bearer(request), expected):
+                raise UnauthorizedError()
+        return await handler(request)
+
+    return authenticate
+
+
+def _bearer(request: web.Request) -> bytes:
+    """The credentials of an ``Authorization: Bearer`` header (the scheme is case-insensitive,
+    RFC 9110); empty when there is none."""
+    scheme, _, credentials = request.headers.get(AUTHORIZATION, "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return b""
+    return credentials.strip().encode("utf-8", "surrogateescape")
+
+
+def _is_probe(request: web.Request) -> bool:
+    resource = request.match_info.route.resource
+    return (
+        request.method in _PROBE_METHODS
+        and resource is not None
+        and resource.canonical in PROBE_PATHS
+    )
+
+
+def require_internal(request: web.Request, action: str) -> None:
+    """Refuse ``action`` (403) unless the request was authenticated with the runner token or,
+    when the runner has none, comes from loopback."""
+    if request.app[TOKEN_REQUIRED]:
+        return  # the middleware has checked the token
+    if not is_loopback(request.remote):
+        raise InternalOnlyError(action)
+
+
+def is_loopback(peer: str | None) -> bool:
+    """Whether a peer address is loopback (``127.0.0.0/8``, ``::1``, or IPv4-mapped
+    ``::ffff:127.x.y.z``); False for anything unreadable, such as a Unix socket's empty peer."""
+    if not peer:
+        return False
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a listening address only takes loopback connections (``localhost`` counts)."""
+    return host == "localhost" or is_loopback(host)
