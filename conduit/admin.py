@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from runners.protocol import bearer
 from tracker import catalog
 from tracker.priority import Priority
 
@@ -25,11 +26,23 @@ def split_name(value: str) -> tuple[str, str]:
     return owner, name
 
 
-def read_runner_schema(runner_url: str) -> tuple[dict[str, Any], str | None]:
-    """The runner's OpenAPI schema and, when its ``GET /`` reports one, its cog version."""
+def read_runner_schema(
+    runner_url: str, runner_token: str | None = None
+) -> tuple[dict[str, Any], str | None]:
+    """The runner's OpenAPI schema and, when its ``GET /`` reports one, its cog version.
+
+    ``runner_token`` (the runner's ``CONDUIT_RUNNER_TOKEN``) is sent as a bearer token; a stock
+    Cog server ignores it. Redirects are not followed, so the token goes to this runner only.
+    """
     base = runner_url.rstrip("/")
-    with httpx.Client(timeout=30) as client:
+    headers = bearer(runner_token) if runner_token else {}
+    with httpx.Client(timeout=30, headers=headers, follow_redirects=False) as client:
         response = client.get(f"{base}/openapi.json")
+        if response.status_code == 401:
+            raise SystemExit(
+                f"{base}/openapi.json answered 401: the runner needs its token "
+                "(CONDUIT_RUNNER_TOKEN or --runner-token)"
+            )
         if response.status_code != 200:
             raise SystemExit(
                 f"{base}/openapi.json answered {response.status_code}: {response.text[:200]}\n"
@@ -54,12 +67,13 @@ async def create_model(
     runner_url: str,
     shards: int = 8,
     visibility: str | None = None,
+    runner_token: str | None = None,
 ) -> str:
     """Register the runner's model as ``OWNER/NAME``. A missing owner account is created (it
     has no token until ``create-account OWNER``): said on stderr, so a mistyped owner shows."""
     owner, short = split_name(name)
     chosen = _visibility(visibility)
-    schema, cog_version = read_runner_schema(runner_url)
+    schema, cog_version = read_runner_schema(runner_url, runner_token)
     async with engine.begin() as conn:
         created = await catalog.ensure_account(conn, owner)
     if created:

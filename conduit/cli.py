@@ -118,7 +118,11 @@ def cmd_create_model(args: argparse.Namespace) -> None:
     print(
         _with_engine(
             lambda engine: admin.create_model(
-                engine, args.name, args.runner_url, visibility=args.visibility
+                engine,
+                args.name,
+                args.runner_url,
+                visibility=args.visibility,
+                runner_token=args.runner_token or os.environ.get("CONDUIT_RUNNER_TOKEN") or None,
             )
         )
     )
@@ -189,7 +193,8 @@ def cmd_op_token(args: argparse.Namespace) -> None:
     from runners.optokens import issue, read_key
 
     signers = [name.strip() for name in args.signers.split(",") if name.strip()]
-    print(issue(read_key(args.key_file), args.operation, args.model, signers))
+    key = read_key(args.key_file)
+    print(issue(key, args.operation, args.model, signers, runner_id=args.runner))
 
 
 def cmd_dev(args: argparse.Namespace) -> None:
@@ -272,6 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("name", metavar="OWNER/NAME")
     model.add_argument("--runner-url", required=True)
     model.add_argument(
+        "--runner-token",
+        help="the runner's CONDUIT_RUNNER_TOKEN (default: that variable; prefer it to the flag, "
+        "which other users of the machine can read in the process list)",
+    )
+    model.add_argument(
         "--visibility",
         choices=VISIBILITIES,
         help="public (default for a new model) or private; unchanged when omitted on an existing",
@@ -325,6 +335,11 @@ def build_parser() -> argparse.ArgumentParser:
     op_token.add_argument("--model", help="model id (omit for calls that name no model)")
     op_token.add_argument("--signers", required=True, metavar="NAME,NAME")
     op_token.add_argument("--key-file", required=True, help="the runner's op-token key")
+    op_token.add_argument(
+        "--runner",
+        metavar="RUNNER_ID",
+        help="accepted only by this runner (its runnerId in /v1/capabilities, CONDUIT_RUNNER_ID)",
+    )
     op_token.set_defaults(func=cmd_op_token)
 
     dev = sub.add_parser("dev", help="the whole stack on this machine, for a first run")
