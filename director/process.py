@@ -80,7 +80,7 @@ async def serve(settings: DirectorSettings) -> None:
             deployment,
             StateWrites(engine),
             redis,
-            RunnerClient(settings.runner_url, session),
+            RunnerClient(settings.runner_url, session, settings.runner_token),
             attempts,
             consumer=director_id(settings),
             outbound=outbound,

@@ -4,9 +4,13 @@ aiohttp rather than httpx on this path: with many requests in flight httpx 0.28 
 an order of magnitude slower (see the design notes), and the director talks to its runner for
 every prediction.
 
+With a runner token (``CONDUIT_RUNNER_TOKEN``), every call carries it as ``Authorization:
+Bearer``; a stock Cog server ignores the header.
+
 Exception tree::
 
     RunnerError             the runner is unreachable or broke the protocol (infrastructure)
+    ├── RunnerUnauthorized  401/403: the runner refused this director's token (configuration)
     └── RunnerRefused       it answered but will not take the prediction now; retry later
         ├── RunnerBusy          409: every slot in use, and no queue (stock Cog)
         ├── RunnerSaturated     503 + the spec's queue_full error: the runner's queue is full
@@ -53,6 +57,12 @@ class RunnerError(Exception):
     An infrastructure failure: the prediction is not failed for it; the queue entry stays
     unacknowledged so the prediction is retried.
     """
+
+
+class RunnerUnauthorized(RunnerError):
+    """401 (no or another token) or 403 (an internal call from off loopback to a runner
+    without a token): the director and its runner disagree on ``CONDUIT_RUNNER_TOKEN``. An
+    infrastructure failure like any other: nothing about the prediction is wrong."""
 
 
 class RunnerRefused(RunnerError):
@@ -189,6 +199,14 @@ def _queue_full(text: str) -> bool:
     return isinstance(error, dict) and error.get("code") == wire.ErrorCode.QUEUE_FULL
 
 
+_HINT = "give the director the runner's CONDUIT_RUNNER_TOKEN"
+
+
+def _check_authorised(status: int, text: str) -> None:
+    if status in (401, 403):
+        raise RunnerUnauthorized(f"runner answered {status} ({_HINT}): {text[:300]}")
+
+
 class SnapshotFeed:
     """The snapshots a Conduit runner writes down the response to a start
     (``runners.streaming``): the bodies its webhooks would carry, one JSON document per line.
@@ -223,9 +241,13 @@ class SnapshotFeed:
 
 
 class RunnerClient:
-    def __init__(self, base_url: str, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession, token: str | None = None
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.session = session
+        #: Headers on every call: the runner token, when there is one.
+        self.auth: dict[str, str] = wire.bearer(token) if token else {}
 
     async def start(
         self,
@@ -288,6 +310,7 @@ class RunnerClient:
             wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}",
             wire.PRIORITY: priority,
             **extra_headers,
+            **self.auth,
         }
         if tenant is not None:
             headers[wire.TENANT_ID] = tenant
@@ -298,7 +321,7 @@ class RunnerClient:
         try:
             async with asyncio.timeout(START_ANSWER_TIMEOUT):
                 response = await self.session.put(
-                    url, json=body, headers=headers, timeout=_STREAM_TIMEOUT
+                    url, json=body, headers=headers, timeout=_STREAM_TIMEOUT, allow_redirects=False
                 )
                 if response.status == 200 and response.content_type == wire.NDJSON:
                     return SnapshotFeed(response)
@@ -313,6 +336,7 @@ class RunnerClient:
             raise RunnerError(f"runner unreachable: {error!r}") from error
         if response.status == 412:
             raise _NotRunning(text[:500])
+        _check_authorised(response.status, text)
         refusal = _refusal(response.status, response.headers, text[:500])
         if refusal is not None:
             raise refusal
@@ -324,17 +348,21 @@ class RunnerClient:
         """True when the runner knew the prediction (200); False for 404."""
         url = self.base_url + wire.CANCEL_PATH.format(id=prediction_id)
         try:
-            async with self.session.post(url) as response:
-                await response.read()
-                return response.status == 200
+            async with self.session.post(url, headers=self.auth, allow_redirects=False) as response:
+                text = await response.text()
         except UNREACHABLE as error:
             raise RunnerError(f"runner unreachable: {error!r}") from error
+        _check_authorised(response.status, text)
+        return response.status == 200
 
     async def health_check(self) -> HealthCheck | None:
         """The runner's ``/health-check`` document; None when it cannot be had."""
         try:
             async with self.session.get(
-                f"{self.base_url}{wire.HEALTH_CHECK_PATH}", timeout=aiohttp.ClientTimeout(total=5)
+                f"{self.base_url}{wire.HEALTH_CHECK_PATH}",
+                headers=self.auth,
+                timeout=aiohttp.ClientTimeout(total=5),
+                allow_redirects=False,
             ) as response:
                 if response.status != 200:
                     return None
@@ -347,7 +375,10 @@ class RunnerClient:
         answers something unreadable; None when it cannot say yet (starting, unreachable)."""
         try:
             async with self.session.get(
-                f"{self.base_url}{wire.CAPABILITIES_PATH}", timeout=aiohttp.ClientTimeout(total=5)
+                f"{self.base_url}{wire.CAPABILITIES_PATH}",
+                headers=self.auth,
+                timeout=aiohttp.ClientTimeout(total=5),
+                allow_redirects=False,
             ) as response:
                 if response.status == 200:
                     try:
@@ -357,6 +388,8 @@ class RunnerClient:
                 await response.read()
                 if response.status in (404, 405):
                     return STOCK_COG
+                if response.status in (401, 403):
+                    log.warning("runner refused to say what it is (%d): %s", response.status, _HINT)
                 return None
         except UNREACHABLE as error:
             log.debug("capabilities not read: %r", error)

@@ -1,4 +1,5 @@
-"""Director settings, from ``CONDUIT_DIRECTOR_*``, ``DATABASE_URL`` and ``REDIS_URL``."""
+"""Director settings, from ``CONDUIT_DIRECTOR_*``, ``DATABASE_URL``, ``REDIS_URL`` and
+``CONDUIT_RUNNER_TOKEN`` (the secret it shares with its runner)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,13 @@ class DirectorSettings(BaseSettings):
     events_retention: int = 3600
     deployment: str = ""
     runner_url: str = "http://127.0.0.1:5000"
+    #: Sent as ``Authorization: Bearer`` on every call to the runner: the runner's own
+    #: ``CONDUIT_RUNNER_TOKEN`` (one name on both sides). A stock Cog server ignores it.
+    runner_token: str | None = Field(
+        None,
+        repr=False,
+        validation_alias=AliasChoices("CONDUIT_RUNNER_TOKEN", "CONDUIT_DIRECTOR_RUNNER_TOKEN"),
+    )
     concurrency: int = Field(1, ge=1)
     #: Stable across restarts of the same sidecar, so a restarted director re-reads its own
     #: unacknowledged entries. Defaults to host name + a hash of deployment and runner URL.
