@@ -1,0 +1,148 @@
+"""The official ``replicate`` JavaScript client (npm, pinned in tests/js), unmodified, pointed at
+Conduit: run, stream, predictions create/get/list/cancel, wait, and validateWebhook.
+
+Each test runs ``node tests/js/client.mjs <scenario>``, which prints what the client got and
+every request it made. ``./scripts/bootstrap`` installs the client (``npm ci``) when Node.js and
+npm are present; without them these tests are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from tests.conftest import ECHO, Stack
+from tests.fixtures.receiver import webhook_receiver
+from tests.fixtures.sse import events
+from tests.fixtures.waiting import wait_for
+
+JS = Path(__file__).resolve().parent.parent / "js"
+SCRIPT = JS / "client.mjs"
+#: Seconds one scenario may take before the test gives up on it (a liveness deadline).
+DEADLINE = 120
+NODE = shutil.which("node")
+#: One scenario of client.mjs: its name and arguments in, what it printed out.
+Scenario = Callable[..., dict[str, Any]]
+
+
+def _missing() -> str | None:
+    """Why the JavaScript client cannot be run here, if it cannot."""
+    if NODE is None or shutil.which("npm") is None:
+        return (
+            "Node.js and npm are not installed: the official JavaScript client cannot be tested "
+            "(install them, then run ./scripts/bootstrap)"
+        )
+    if not (JS / "node_modules" / "replicate" / "package.json").is_file():
+        return "the JavaScript client is not installed: run ./scripts/bootstrap (npm ci)"
+    return None
+
+
+# Decided before any fixture starts the stack: without Node there is nothing to start it for.
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
+
+
+@pytest.fixture
+def js(stack: Stack, token: str) -> Scenario:
+    """Runs one scenario of client.mjs as the test's account; returns what it printed."""
+    assert NODE is not None
+
+    def scenario(name: str, **args: Any) -> dict[str, Any]:
+        env = {**os.environ, "CONDUIT_API": stack.api_url, "REPLICATE_API_TOKEN": token}
+        done = subprocess.run(
+            [NODE, str(SCRIPT), name, json.dumps(args)],
+            cwd=JS,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DEADLINE,
+        )
+        assert done.returncode == 0, f"{name} failed:\n{done.stderr}"
+        result: dict[str, Any] = json.loads(done.stdout)
+        return result
+
+    return scenario
+
+
+def test_run_by_model_and_by_version(js: Scenario, stack: Stack) -> None:
+    seen = js("run", model=ECHO, version=stack.version, input={"prompt": "js", "n": 3})
+    assert seen["by_model"] == ["js-0", "js-1", "js-2"]
+    assert seen["by_version"] == ["js-0", "js-1", "js-2"]
+    creates = [r for r in seen["requests"] if r["method"] == "POST"]
+    assert [urlsplit(r["url"]).path for r in creates] == [
+        f"/v1/models/{ECHO}/predictions",
+        "/v1/predictions",
+    ]
+    assert all(r["authorization"] for r in seen["requests"])
+
+
+def test_stream_opens_the_capability_url_without_authorization(js: Scenario) -> None:
+    seen = js("stream", model=ECHO, input={"prompt": "tok", "n": 5, "delay": 0.02})
+    outputs = [e["data"] for e in seen["events"] if e["event"] == "output"]
+    assert outputs == [f"tok-{i}" for i in range(5)]
+    assert seen["events"][-1]["event"] == "done"
+
+    create, stream = seen["requests"]
+    assert create["method"] == "POST" and create["authorization"]
+    # The outputs came through the stream URL alone: no bearer token went with it.
+    assert stream["method"] == "GET" and not stream["authorization"]
+    url = urlsplit(stream["url"])
+    assert url.path.endswith("/stream")
+    assert set(parse_qs(url.query)) == {"exp", "sig"}
+
+
+def test_create_get_list_cancel_and_wait(js: Scenario, stack: Stack) -> None:
+    seen = js(
+        "lifecycle",
+        version=stack.version,
+        slow={"prompt": "slow", "n": 500, "delay": 0.05},
+        quick={"prompt": "quick", "n": 2},
+    )
+    long, short = seen["created"]
+    assert long["status"] == short["status"] == "starting"
+    assert long["version"] == stack.version
+    assert seen["got"]["id"] == short["id"]
+    assert seen["listed"][:2] == [short["id"], long["id"]]
+    assert seen["canceling"]["id"] == long["id"]
+    assert seen["finished"]["status"] == "succeeded"
+    assert seen["finished"]["output"] == ["quick-0", "quick-1"]
+    assert seen["canceled"]["status"] == "canceled"
+
+
+def test_validate_webhook_with_the_account_secret(js: Scenario, stack: Stack) -> None:
+    with webhook_receiver() as receiver:
+        created = js(
+            "createWithWebhook",
+            version=stack.version,
+            input={"prompt": "hook", "n": 2},
+            webhook=f"{receiver.url}/js",
+        )
+        [delivery] = wait_for(lambda: receiver.to("/js"), "the completed webhook")
+    body = delivery.body.decode()
+    assert json.loads(body)["status"] == "succeeded"
+    seen = js(
+        "validate",
+        id=delivery.headers["webhook-id"],
+        timestamp=delivery.headers["webhook-timestamp"],
+        signature=delivery.headers["webhook-signature"],
+        body=body,
+    )
+    assert seen["valid"] is True
+    assert seen["tampered"] is False
+
+    # The webhook's body, rendered by the director, carries a stream URL that opens without a
+    # bearer token too.
+    stream_url = json.loads(body)["urls"]["stream"]
+    assert json.loads(body)["id"] == created["id"]
+    with httpx.stream("GET", stream_url, headers={"Accept": "text/event-stream"}) as response:
+        assert response.status_code == 200, response.read()
+        replayed = list(events(response))
+    assert [e.data for e in replayed if e.event == "output"] == ["hook-0", "hook-1"]

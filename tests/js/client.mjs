@@ -1,0 +1,102 @@
+// Drives the official Replicate JavaScript client (npm "replicate", unmodified) against a
+// Conduit api, for tests/e2e/test_js_client.py.
+//
+//   node client.mjs <scenario> '<json arguments>'
+//
+// Environment: CONDUIT_API (the api's base URL, e.g. http://127.0.0.1:8000) and
+// REPLICATE_API_TOKEN. Prints one JSON object on stdout: what the scenario saw, including every
+// HTTP request the client made (method, URL, whether it sent Authorization), so the test can
+// tell how the client reached the server, not only what it got back.
+
+import Replicate from "replicate";
+
+const { validateWebhook } = Replicate;
+
+const requests = [];
+
+// The client's own fetch, recorded: the headers are those the client passed, which are all
+// Node's fetch sends besides its defaults (it adds no Authorization of its own).
+async function recordingFetch(url, init = {}) {
+  const headers = new Headers(init.headers);
+  requests.push({
+    method: (init.method || "GET").toUpperCase(),
+    url: String(url),
+    authorization: headers.has("authorization"),
+  });
+  return fetch(url, init);
+}
+
+const replicate = new Replicate({
+  auth: process.env.REPLICATE_API_TOKEN,
+  baseUrl: `${process.env.CONDUIT_API}/v1`,
+  fetch: recordingFetch,
+});
+
+function summary(prediction) {
+  const { id, status, output, error, urls, version } = prediction;
+  return { id, status, output, error, urls, version };
+}
+
+async function run({ model, version, input }) {
+  return {
+    by_model: await replicate.run(model, { input }),
+    by_version: await replicate.run(`${model}:${version}`, { input }),
+  };
+}
+
+async function stream({ model, input }) {
+  const events = [];
+  for await (const event of replicate.stream(model, { input })) {
+    events.push({ event: event.event, data: event.data, id: event.id });
+  }
+  return { events };
+}
+
+async function lifecycle({ version, slow, quick }) {
+  const long = await replicate.predictions.create({ version, input: slow });
+  const short = await replicate.predictions.create({ version, input: quick });
+  const got = await replicate.predictions.get(short.id);
+  const page = await replicate.predictions.list();
+  const canceling = await replicate.predictions.cancel(long.id);
+  const finished = await replicate.wait(short, { interval: 100 });
+  const canceled = await replicate.wait(long, { interval: 100 });
+  return {
+    created: [summary(long), summary(short)],
+    got: summary(got),
+    listed: page.results.map((p) => p.id),
+    canceling: summary(canceling),
+    finished: summary(finished),
+    canceled: summary(canceled),
+  };
+}
+
+async function createWithWebhook({ version, input, webhook }) {
+  const prediction = await replicate.predictions.create({
+    version,
+    input,
+    webhook,
+    webhook_events_filter: ["completed"],
+  });
+  return summary(prediction);
+}
+
+async function validate({ id, timestamp, signature, body }) {
+  const { key } = await replicate.webhooks.default.secret.get();
+  const check = (text) =>
+    validateWebhook({ id, timestamp, signature, body: text, secret: key });
+  return {
+    valid: await check(body),
+    tampered: await check(body.replace("succeeded", "failed")),
+  };
+}
+
+const scenarios = { run, stream, lifecycle, createWithWebhook, validate };
+
+const [name, args = "{}"] = process.argv.slice(2);
+const scenario = scenarios[name];
+if (!scenario) {
+  console.error(`unknown scenario ${name}; one of ${Object.keys(scenarios).join(", ")}`);
+  process.exit(2);
+}
+const result = await scenario(JSON.parse(args));
+process.stdout.write(`${JSON.stringify({ ...result, requests })}\n`);
