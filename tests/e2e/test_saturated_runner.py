@@ -10,13 +10,13 @@ import httpx
 
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status
-from tests.fixtures.processes import Launcher
+from tests.fixtures.processes import RUNNER_AUTH, Launcher
 
 PREDICTIONS = 10
 
 
 def _refusals(runner_url: str) -> float:
-    text = httpx.get(f"{runner_url}/metrics").text
+    text = httpx.get(f"{runner_url}/metrics", headers=RUNNER_AUTH).text
     found = re.findall(
         r'^conduit_runner_requests_total\{[^}]*status="queue_full"[^}]*\} (\S+)$', text, re.M
     )
@@ -41,5 +41,5 @@ def test_saturated_runner_completes_every_prediction(
     assert [p["status"] for p in done] == ["succeeded"] * PREDICTIONS
     assert all(p["output"] == ["hello-0"] for p in done)
     assert _refusals(runner_url) > 0, "the runner was never full: the test proved nothing"
-    capabilities = httpx.get(f"{runner_url}/v1/capabilities").json()
+    capabilities = httpx.get(f"{runner_url}/v1/capabilities", headers=RUNNER_AUTH).json()
     assert capabilities["queue"]["maxDepth"] == 1
