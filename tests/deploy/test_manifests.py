@@ -262,7 +262,6 @@ def test_the_runner_is_probed_inside_its_container_on_its_own_paths(
         assert f'"{base}{wire.HEALTH_CHECK_PATH}"' in command("livenessProbe")
         for probe in ("readinessProbe", "startupProbe"):
             assert f'"{base}{wire.HEALTH_PATH}"' in command(probe)
-            assert "CONDUIT_RUNNER_TOKEN" in command(probe)
 
 
 def test_every_container_has_bounded_resources(rendered: list[Manifest]) -> None:
