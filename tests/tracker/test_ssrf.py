@@ -1,4 +1,5 @@
-"""The SSRF guard: address classification, URL checks, the resolver, and zero real connections."""
+"""The SSRF guard (``runners.ssrf``, re-exported as ``tracker.ssrf``): address classification,
+URL checks, host names allowed by name, the resolver, and zero real connections."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 
-from tracker.ssrf import (
+import tracker.ssrf
+from runners import ssrf
+from runners.ssrf import (
     BlockedAddress,
     GuardedResolver,
     check_webhook_url,
@@ -119,6 +122,23 @@ def test_check_webhook_url_accepts(url: str) -> None:
     check_webhook_url(url)
 
 
+def test_tracker_reexports_the_one_guard() -> None:
+    assert tracker.ssrf.__all__
+    for name in tracker.ssrf.__all__:
+        assert getattr(tracker.ssrf, name) is getattr(ssrf, name)
+
+
+def test_allowed_host_names_pass_by_exact_name_only() -> None:
+    hosts = ["director-echo"]
+    check_webhook_url("http://director-echo:5001/runner/x", allow_hosts=hosts)
+    check_webhook_url("http://DIRECTOR-ECHO.:5001/", allow_hosts=hosts)
+    for url in ("http://other-host/", "http://director-echo.local/", "http://127.0.0.1/"):
+        with pytest.raises(BlockedAddress):
+            check_webhook_url(url, allow_hosts=hosts)
+    with pytest.raises(BlockedAddress):  # the name does not waive the other checks
+        check_webhook_url("ftp://director-echo/", allow_hosts=hosts)
+
+
 class FakeResolver(AbstractResolver):
     """Answers every name with chosen addresses and records what it was asked."""
 
@@ -164,6 +184,15 @@ async def test_resolver_allow_opens_a_range() -> None:
     inner = FakeResolver("127.0.0.1", "10.0.0.5")
     results = await GuardedResolver(LOOPBACK, inner=inner).resolve("dev.example.com", 80)
     assert [r["host"] for r in results] == ["127.0.0.1"]
+
+
+async def test_resolver_lets_an_allowed_host_reach_its_internal_address() -> None:
+    inner = FakeResolver("172.18.0.5")
+    resolver = GuardedResolver(inner=inner, allow_hosts=["director-echo"])
+    results = await resolver.resolve("director-echo", 5001)
+    assert [r["host"] for r in results] == ["172.18.0.5"]
+    with pytest.raises(BlockedAddress):
+        await resolver.resolve("director-echo.example.com", 5001)
 
 
 async def test_resolver_classifies_literals_without_asking_inner() -> None:
