@@ -62,7 +62,7 @@ def test_v1_routes_need_the_bearer_token_and_health_does_not() -> None:
     for method, path, operation in OPERATIONS:
         if path.startswith("/v1/"):
             # A stream's capability URL opens it without a token (``tracker.capabilities``).
-            anonymous = [{}] if path.endswith("/stream") else []
+            anonymous: list[dict[str, Any]] = [{}] if path.endswith("/stream") else []
             assert operation["security"] == [{"bearer": []}, *anonymous], (method, path)
             assert {"401", "429"} <= set(operation["responses"]), (method, path)
         else:
