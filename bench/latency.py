@@ -37,6 +37,7 @@ from bench.stack import BenchStack, running_stack
 from bench.stamped_runner import produced_at
 from conduit.cli import run_async
 from conduit.services import free_port
+from tests.fixtures.processes import RUNNER_AUTH
 
 ECHO = "bench/echo"
 STAMPED = "bench/stamped"
@@ -86,7 +87,7 @@ async def direct_sync(http: httpx.AsyncClient, runner_url: str, count: int) -> l
     for _ in range(count):
         url = f"{runner_url}/predictions/bench-{uuid.uuid4().hex}"
         start = time.perf_counter()
-        response = await http.put(url, json={"input": WAIT_INPUT})
+        response = await http.put(url, json={"input": WAIT_INPUT}, headers=RUNNER_AUTH)
         times.append(ms(time.perf_counter() - start))
         body = response.json()
         if response.status_code != 200 or body["status"] != "succeeded":
@@ -208,7 +209,7 @@ async def direct_stream(
     }
     sent = time.monotonic()
     url = f"{runner_url}/predictions/{prediction_id}"
-    response = await http.put(url, json=body, headers={"Prefer": "respond-async"})
+    response = await http.put(url, json=body, headers={"Prefer": "respond-async", **RUNNER_AUTH})
     if response.status_code != 202:
         raise RuntimeError(f"runner answered {response.status_code}: {response.text}")
     async with asyncio.timeout(RUN_TIMEOUT):
