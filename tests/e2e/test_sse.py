@@ -18,7 +18,7 @@ from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, create, fetch, wait_status
 from tests.fixtures.processes import Launcher
-from tests.fixtures.sse import events, read_stream
+from tests.fixtures.sse import SSE, events, read_stream
 from tests.fixtures.waiting import wait_for
 from tracker.events import events_key
 
@@ -46,6 +46,27 @@ def test_late_join_gets_history_and_last_event_id_resumes(client: httpx.Client) 
 
     resumed = read_stream(client, created["id"], last_event_id=outputs[2].id)
     assert [e.data for e in resumed if e.event == "output"] == ["h-3", "h-4", "h-5"]
+    assert resumed[-1].event == "done"
+
+
+def test_the_stream_url_resumes_without_a_bearer_token(client: httpx.Client) -> None:
+    """What a browser's EventSource does: urls.stream as the create gave it, no Authorization,
+    and on reconnecting the same URL with Last-Event-ID."""
+    created = create(client, PATH, input={"prompt": "b", "n": 4})
+    wait_status(client, created["id"])
+
+    def read(last_event_id: str | None = None) -> list[SSE]:
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        with httpx.stream("GET", created["urls"]["stream"], headers=headers, timeout=30) as r:
+            assert r.status_code == 200, r.read()
+            return list(events(r))
+
+    outputs = [e for e in read() if e.event == "output"]
+    assert [e.data for e in outputs] == ["b-0", "b-1", "b-2", "b-3"]
+    resumed = read(outputs[1].id)
+    assert [e.data for e in resumed if e.event == "output"] == ["b-2", "b-3"]
     assert resumed[-1].event == "done"
 
 
