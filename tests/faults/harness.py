@@ -90,9 +90,8 @@ class Drill:
         self.deployments.append(name)
 
     def director(self, deployment: str, runner_url: str, concurrency: int = 4, **env: str) -> Proc:
-        return self.launcher.director(
-            deployment, runner_url, concurrency=concurrency, **{**FAST_DIRECTOR, **env}
-        )
+        settings = {**FAST_DIRECTOR, **env}
+        return self.launcher.director(deployment, runner_url, concurrency, None, **settings)
 
     def submit(
         self,
