@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager, contextmanager
 from types import FrameType
 
 from fastapi import FastAPI
-from redis.asyncio import Redis
 
 from api import errors, openapi
 from api.auth import Authenticator
@@ -35,6 +34,7 @@ from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
 from tracker.group_commit import Batcher
+from tracker.redis_connect import require_noeviction
 from tracker.render import sign_stream_urls
 from tracker.store import insert_predictions
 from tracker.webhook_settings import WebhookSettings
@@ -85,13 +85,13 @@ def create_app(settings: ApiSettings) -> FastAPI:
         redis = connect_redis(
             settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
         )
-        hub = EventHub(
-            Redis.from_url(
-                settings.redis_url, single_connection_client=True, client_name=HUB_CLIENT_NAME
-            ),
+        await require_noeviction(redis)
+        hub = EventHub.for_url(
+            settings.redis_url,
             redis,
             settings.max_waiters,
             settings.events_block_ms,
+            HUB_CLIENT_NAME,
         )
         signer = StreamUrlSettings().signer(redis)
         # Not fatal: with Redis away the api still starts, and retries on later requests.

@@ -13,9 +13,15 @@ the next read names the new stream. A wake that races the read being sent is cau
 read's short block (``block_ms``). When the same stream has several subscribers, the hub reads
 it from the earliest position among them and each skips what it has seen.
 
-Redis Cluster: every event stream carries its prediction's own hash tag, so one ``XREAD`` of
-many streams is valid on a single Redis only; a cluster deployment would need one read per
-slot group (``tracker.keys.slot_tag``).
+Redis Cluster: a blocking ``XREAD`` names keys of one slot only (keys of different slots are
+refused with CROSSSLOT even when one node holds them all), so one read of every watched stream
+is a single-Redis thing. There event streams carry one of ``keys.EVENT_TAGS`` shared hash
+tags (``tracker.keys.events_key``) and the hub runs one reader per tag it has waiters on, each
+on a connection of its own to the node that serves the tag's slot: at most ``EVENT_TAGS``
+readers however many waiters, each one blocking ``XREAD`` as on a single Redis. (With each
+prediction's own tag it would be one blocking read, and one connection, per waiter, or a poll
+of every watched stream each round.) A reader that finds its slot moved (failover, resharding)
+asks the cluster client again where the slot lives and reconnects there.
 
 ``release()`` (shutdown) ends every subscription at once with ``released`` set; later
 subscriptions are refused (``subscribe`` returns None) so that a closing process answers
@@ -31,9 +37,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
-from tracker.events import Event, EventLog, EventType, events_key
+from tracker import redis_connect
+from tracker.events import Event, EventLog, EventType
+from tracker.keys import events_key, slot_tag
 
 log = logging.getLogger(__name__)
 
@@ -79,138 +88,105 @@ class Subscription:
 
 
 class EventHub:
-    """Subscriptions to prediction event streams, served by one reading task."""
+    """Subscriptions to prediction event streams, served by one reading task (per hash tag in
+    a Redis Cluster: :class:`ClusterEventHub`)."""
 
     def __init__(self, reader: Redis, waker: Redis, max_waiters: int, block_ms: int = 250) -> None:
-        #: A single-connection client: its ``CLIENT ID`` is the one ``CLIENT UNBLOCK`` names.
-        self._reader = reader
-        #: Any pooled client, to send the wake-ups.
-        self._waker = waker
+        """``reader``: a single-connection client (its ``CLIENT ID`` is the one ``CLIENT
+        UNBLOCK`` names); ``waker``: any pooled client, to send the wake-ups."""
         self.max_waiters = max_waiters
         self.block_ms = block_ms
-        self._subs: dict[str, set[Subscription]] = {}
+        #: Hash tag -> stream key -> its subscriptions ("" holds every key on a single Redis).
+        self._subs: dict[str, dict[str, set[Subscription]]] = {}
+        self._readers: dict[str, _Reader] = {"": _Reader(self, "", reader, waker)}
         self._count = 0
-        self._changed = asyncio.Event()
-        self._reader_id: int | None = None
-        self._reading = False
-        self._waking: asyncio.Task[None] | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._started = False
         self.released = False
+
+    @classmethod
+    def for_url(
+        cls, url: str, waker: Redis, max_waiters: int, block_ms: int, client_name: str
+    ) -> EventHub:
+        """The hub for the Redis of ``url`` (``waker``: the process's client of it)."""
+        if redis_connect.is_cluster(waker):
+            return ClusterEventHub(url, waker, max_waiters, block_ms, client_name)
+        reader = redis_connect.connect_dedicated(url, client_name)
+        return cls(reader, waker, max_waiters, block_ms)
 
     @property
     def waiters(self) -> int:
         return self._count
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="event-hub")
+        self._started = True
+        for reader in self._readers.values():
+            reader.start()
+
+    def key(self, prediction_id: str) -> str:
+        return events_key(prediction_id)
+
+    def _tag(self, key: str) -> str:
+        return ""
+
+    def _reader(self, tag: str) -> _Reader:
+        return self._readers[tag]
 
     def subscribe(self, prediction_id: str, after: str = "0") -> Subscription | None:
         """Follow ``prediction_id``'s events after ``after``; None when the hub is full or
         released (the caller answers without waiting)."""
         if self.released or self._count >= self.max_waiters:
             return None
-        sub = Subscription(self, events_key(prediction_id), after)
-        self._subs.setdefault(sub.key, set()).add(sub)
+        sub = Subscription(self, self.key(prediction_id), after)
+        tag = self._tag(sub.key)
+        self._subs.setdefault(tag, {}).setdefault(sub.key, set()).add(sub)
         self._count += 1
-        self._changed.set()
-        self._wake()
+        reader = self._reader(tag)
+        if self._started:
+            reader.start()
+        reader.changed()
         return sub
 
     def _remove(self, sub: Subscription) -> None:
-        subs = self._subs.get(sub.key)
+        tag = self._tag(sub.key)
+        streams = self._subs.get(tag, {})
+        subs = streams.get(sub.key)
         if subs is None or sub not in subs:
             return
         subs.discard(sub)
         self._count -= 1
         if not subs:
-            del self._subs[sub.key]
+            del streams[sub.key]
 
     def release(self) -> None:
         """Answer every waiter now and take no more: the process is shutting down."""
         if self.released:
             return
         self.released = True
-        for subs in self._subs.values():
-            for sub in subs:
-                sub._release()
+        for streams in self._subs.values():
+            for subs in streams.values():
+                for sub in subs:
+                    sub._release()
+        for reader in self._readers.values():
+            reader.changed()
 
     async def close(self) -> None:
         self.release()
-        for task in (self._task, self._waking):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        await self._reader.aclose()
+        for reader in list(self._readers.values()):
+            await reader.close()
 
-    def _wake(self) -> None:
-        # One wake-up in flight at a time: a burst of new waiters costs one CLIENT UNBLOCK.
-        if self._reading and self._reader_id is not None and self._waking is None:
-            self._waking = asyncio.create_task(self._unblock(self._reader_id))
+    def _streams(self, tag: str) -> dict[str, str]:
+        """The streams of ``tag``'s reader, each from the earliest position among its
+        subscribers (each skips what it has seen)."""
+        return {
+            key: min((sub.after for sub in subs), key=_position)
+            for key, subs in self._subs.get(tag, {}).items()
+        }
 
-    async def _unblock(self, reader_id: int) -> None:
-        try:
-            # The read may be sent but not yet blocked in Redis (UNBLOCK answers 0): try a few
-            # more times while that same read is in flight; past that its block ends it.
-            for _ in range(5):
-                if await self._waker.client_unblock(reader_id) or not self._stale():
-                    return
-                await asyncio.sleep(0.002)
-            # Never blocked under that id: the connection may have been remade by a retry.
-            # Look the id up again before the next read.
-            self._reader_id = None
-        except RedisError as error:
-            log.debug("waking the event hub failed: %r", error)
-        finally:
-            self._waking = None
-
-    def _stale(self) -> bool:
-        """Whether the read in flight misses a subscription made since it was sent."""
-        return self._reading and self._changed.is_set()
-
-    def _streams(self) -> dict[str, str]:
-        streams: dict[str, str] = {}
-        for key, subs in self._subs.items():
-            streams[key] = min((sub.after for sub in subs), key=_position)
-        return streams
-
-    async def _run(self) -> None:
-        backoff = 0.05
-        while not self.released:
-            if not self._subs:
-                self._changed.clear()
-                await self._changed.wait()
-                continue
-            try:
-                if self._reader_id is None:
-                    self._reader_id = int(await self._reader.client_id())
-                reply = await self._read(self._streams())
-            except Exception as error:  # the one reader must outlive any fault
-                # Waiters keep waiting (their own deadlines answer them) and resume from
-                # their positions once Redis is back.
-                log.warning("event hub read failed: %r", error)
-                self._reader_id = None
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
-                continue
-            backoff = 0.05
-            try:
-                self._dispatch(reply)
-            except Exception:
-                log.exception("event hub: an event could not be delivered")
-
-    async def _read(self, streams: dict[Any, Any]) -> Any:
-        self._changed.clear()
-        self._reading = True
-        try:
-            return await self._reader.xread(streams, count=READ_COUNT, block=self.block_ms)
-        finally:
-            self._reading = False
-
-    def _dispatch(self, reply: Any) -> None:
+    def _dispatch(self, tag: str, reply: Any) -> None:
+        streams = self._subs.get(tag, {})
         for raw_key, entries in reply or []:
             key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
-            subs = self._subs.get(key)
+            subs = streams.get(key)
             if not subs:
                 continue
             events = [EventLog.parse(entry_id, fields) for entry_id, fields in entries]
@@ -219,4 +195,169 @@ class EventHub:
                     sub._deliver(event)
 
 
-__all__ = ["EventHub", "EventType", "Subscription"]
+class _Reader:
+    """One blocking ``XREAD`` at a time of the hub's streams of one tag, on a connection of
+    its own, woken by ``CLIENT UNBLOCK`` when a subscription is added."""
+
+    def __init__(self, hub: EventHub, tag: str, client: Redis | None, waker: Redis) -> None:
+        self.hub = hub
+        self.tag = tag
+        self._client = client
+        self._waker = waker
+        self._client_id: int | None = None
+        self._reading = False
+        self._changed = asyncio.Event()
+        self._waking: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"event-hub{self.tag}")
+
+    def changed(self) -> None:
+        self._changed.set()
+        # One wake-up in flight at a time: a burst of new waiters costs one CLIENT UNBLOCK.
+        if self._reading and self._client_id is not None and self._waking is None:
+            self._waking = asyncio.create_task(self._unblock(self._client_id))
+
+    async def _unblock(self, client_id: int) -> None:
+        try:
+            # The read may be sent but not yet blocked in Redis (UNBLOCK answers 0): try a few
+            # more times while that same read is in flight; past that its block ends it.
+            for _ in range(5):
+                if await self._send_unblock(client_id) or not self._stale():
+                    return
+                await asyncio.sleep(0.002)
+            # Never blocked under that id: the connection may have been remade by a retry.
+            # Look the id up again before the next read.
+            self._client_id = None
+        except RedisError as error:
+            log.debug("waking the event hub failed: %r", error)
+        finally:
+            self._waking = None
+
+    async def _send_unblock(self, client_id: int) -> bool:
+        return bool(await self._waker.client_unblock(client_id))
+
+    def _stale(self) -> bool:
+        """Whether the read in flight misses a subscription made since it was sent."""
+        return self._reading and self._changed.is_set()
+
+    async def _connect(self) -> Redis:
+        assert self._client is not None
+        return self._client
+
+    async def _lost(self) -> None:
+        """After a failed read (the cluster reader finds its node again)."""
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while not self.hub.released:
+            streams = self.hub._streams(self.tag)
+            if not streams:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                client = await self._connect()
+                if self._client_id is None:
+                    self._client_id = int(await client.client_id())
+                reply = await self._read(client, streams)
+            except Exception as error:  # the one reader must outlive any fault
+                # Waiters keep waiting (their own deadlines answer them) and resume from
+                # their positions once Redis is back.
+                log.warning("event hub read failed: %r", error)
+                self._client_id = None
+                with contextlib.suppress(Exception):
+                    await self._lost()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            backoff = 0.05
+            try:
+                self.hub._dispatch(self.tag, reply)
+            except Exception:
+                log.exception("event hub: an event could not be delivered")
+
+    async def _read(self, client: Redis, streams: dict[Any, Any]) -> Any:
+        self._changed.clear()
+        self._reading = True
+        try:
+            return await client.xread(streams, count=READ_COUNT, block=self.hub.block_ms)
+        finally:
+            self._reading = False
+
+    async def close(self) -> None:
+        for task in (self._task, self._waking):
+            if task is not None and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self._client is not None:
+            await self._client.aclose()
+
+
+class ClusterEventHub(EventHub):
+    """The hub in a Redis Cluster: one reader per event-stream hash tag with waiters."""
+
+    def __init__(
+        self, url: str, cluster: Redis, max_waiters: int, block_ms: int, client_name: str
+    ) -> None:
+        super().__init__(cluster, cluster, max_waiters, block_ms)
+        self._readers.clear()
+        self._url = url
+        self.waker = cluster
+        self._cluster = redis_connect.as_cluster(cluster)
+        self._client_name = client_name
+
+    def key(self, prediction_id: str) -> str:
+        return events_key(prediction_id, clustered=True)
+
+    def _tag(self, key: str) -> str:
+        return slot_tag(key)
+
+    def _reader(self, tag: str) -> _Reader:
+        reader = self._readers.get(tag)
+        if reader is None:
+            reader = self._readers[tag] = _NodeReader(self, tag)
+        return reader
+
+
+class _NodeReader(_Reader):
+    """A reader on the node serving its tag's slot; after a failure it asks the cluster client
+    (which follows MOVED replies and failovers) where that slot lives now."""
+
+    hub: ClusterEventHub
+
+    def __init__(self, hub: ClusterEventHub, tag: str) -> None:
+        super().__init__(hub, tag, None, hub.waker)
+        self._node: ClusterNode | None = None
+
+    async def _connect(self) -> Redis:
+        if self._client is None:
+            cluster = self.hub._cluster
+            probe = f"{{{self.tag}}}"
+            # Any command on the slot settles the cluster client's view of who serves it.
+            await cluster.exists(probe)
+            node = cluster.get_node_from_key(probe)
+            if node is None:
+                raise RedisError(f"no cluster node serves the slot of {probe}")
+            self._node = node
+            self._client = redis_connect.node_client(
+                self.hub._url, node.host, int(node.port), self.hub._client_name
+            )
+        return self._client
+
+    async def _send_unblock(self, client_id: int) -> bool:
+        cluster: RedisCluster = self.hub._cluster
+        if self._node is None:
+            return False
+        return bool(await cluster.client_unblock(client_id, target_nodes=self._node))
+
+    async def _lost(self) -> None:
+        client, self._client, self._node = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+
+__all__ = ["ClusterEventHub", "EventHub", "EventType", "Subscription"]

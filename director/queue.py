@@ -2,7 +2,8 @@
 
 Key names come from :mod:`tracker.keys`. The api imports
 this module (and only this one from ``director``) to enqueue; directors use it to read and
-acknowledge. Scripts take keys of one hash tag at a time: a batch is split per tag.
+acknowledge. Scripts take keys of one hash tag at a time: a batch is split per tag, and so is a
+blocking read in a Redis Cluster.
 
 Shuffle sharding: a deployable has S shard streams; each account hashes to k of them and the
 api appends to the shorter, so one account's flood fills at most k shards while directors read
@@ -11,18 +12,21 @@ all S in rotating order.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import orjson
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
-from tracker import keys
-from tracker.group_commit import Batcher
+from tracker import keys, redis_connect
+from tracker.slots import PerSlot, by_slot, runs_by_slot
+
+log = logging.getLogger(__name__)
 
 GROUP = "directors"
 
@@ -112,28 +116,9 @@ class Entry:
 
 
 def connect(url: str, max_connections: int | None = None, client_name: str | None = None) -> Redis:
-    """One Redis client (and pool) per process.
-
-    Retries a command a few times on a broken connection: after a Redis restart every pooled
-    connection is dead, and without this each would fail one request before reconnecting.
-    With ``max_connections`` the pool is bounded and a command waits for a free connection
-    rather than failing; ``client_name`` names its connections in ``CLIENT LIST``.
-    """
-    retry = Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3)
-    if max_connections is not None:
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=max_connections,
-            timeout=None,
-            client_name=client_name,
-            health_check_interval=30,
-            retry=retry,
-        )
-        return Redis.from_pool(pool)
-    client: Redis = Redis.from_url(
-        url, health_check_interval=30, retry=retry, client_name=client_name
-    )
-    return client
+    """One Redis client (and pool) per process: a single Redis, a Sentinel-watched master or a
+    Redis Cluster, by the URL's form (:func:`tracker.redis_connect.connect`)."""
+    return redis_connect.connect(url, max_connections, client_name)
 
 
 class Queue:
@@ -144,12 +129,13 @@ class Queue:
         self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
         self._read_in_turn = redis.register_script(_READ_IN_TURN_SCRIPT)
         self._ack_and_delete = redis.register_script(_ACK_SCRIPT)
-        self._acks: _PerSlot[tuple[str, str], None] = _PerSlot(
+        self._acks: PerSlot[tuple[str, str], None] = PerSlot(
             self._write_acks, lambda entry: entry[0]
         )
-        self._appends: _PerSlot[tuple[tuple[str, ...], str], str] = _PerSlot(
+        self._appends: PerSlot[tuple[tuple[str, ...], str], str] = PerSlot(
             self._write_appends, lambda append: append[0][0]
         )
+        self._waits = _SlotWaits(self) if redis_connect.is_cluster(redis) else None
 
     async def enqueue(self, streams: Sequence[str], prediction_id: str) -> str:
         """Append to the shortest of ``streams`` (shards of one target); returns the stream key
@@ -177,7 +163,20 @@ class Queue:
     async def read(
         self, streams: Sequence[str], consumer: str, count: int, block_ms: int | None
     ) -> list[Entry]:
-        """New entries (XREADGROUP ``>``) from ``streams``, waiting up to ``block_ms``."""
+        """New entries (XREADGROUP ``>``) from ``streams``, waiting up to ``block_ms``.
+
+        In a Redis Cluster one blocking read names streams of one slot: with streams of several
+        tags (a deployment's and its version's) a read per tag is in flight, and this returns
+        once any of them has entries (see :class:`_SlotWaits`)."""
+        if self._waits is not None:
+            groups = list(by_slot(streams).values())
+            if len(groups) > 1:
+                return await self._waits.read(groups, consumer, count, block_ms)
+        return await self._read(streams, consumer, count, block_ms)
+
+    async def _read(
+        self, streams: Sequence[str], consumer: str, count: int, block_ms: int | None
+    ) -> list[Entry]:
         reply: Any = await self.redis.xreadgroup(
             GROUP, consumer, dict.fromkeys(streams, ">"), count=count, block=block_ms
         )
@@ -197,7 +196,7 @@ class Queue:
         streams that share a slot: usually one."""
         entries: list[Entry] = []
         passed = offset = 0
-        for run in _runs_by_slot(streams):
+        for run in runs_by_slot(streams):
             if len(entries) >= count:
                 break
             reply: Any = await self._read_in_turn(
@@ -272,48 +271,61 @@ class Queue:
         await self.redis.publish(keys.CANCEL_CHANNEL, prediction_id)
 
     async def close(self) -> None:
-        """Let acks and appends under way finish."""
+        """Let acks and appends under way finish; end blocking reads still waiting."""
+        if self._waits is not None:
+            await self._waits.close()
         await self._acks.close()
         await self._appends.close()
 
 
-Item = TypeVar("Item")
-Result = TypeVar("Result")
+class _SlotWaits:
+    """A director's blocking reads in a Redis Cluster: one ``XREADGROUP`` per slot group in
+    flight at a time.
 
+    A call waits until any of them ends and returns what the ended ones read. Reads still
+    blocked stay in flight and hand their entries to a later call: cancelling one could lose
+    entries Redis already delivered (they would stay pending for this consumer until
+    reclaimed). Each group's read holds a connection to its node while it blocks.
+    """
 
-class _PerSlot(Generic[Item, Result]):
-    """A :class:`Batcher` per hash tag: a batch, and so a script call, never spans slots."""
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._reads: dict[tuple[str, ...], asyncio.Task[list[Entry]]] = {}
 
-    def __init__(
-        self,
-        write: Callable[[list[Item]], Awaitable[Sequence[Result]]],
-        key_of: Callable[[Item], str],
-    ) -> None:
-        self._write = write
-        self._key_of = key_of
-        self._batchers: dict[str, Batcher[Item, Result]] = {}
-
-    async def submit(self, item: Item) -> Result:
-        tag = keys.slot_tag(self._key_of(item))
-        batcher = self._batchers.get(tag)
-        if batcher is None:
-            batcher = self._batchers[tag] = Batcher(self._write)
-        return await batcher.submit(item)
+    async def read(
+        self, groups: list[list[str]], consumer: str, count: int, block_ms: int | None
+    ) -> list[Entry]:
+        for group in groups:
+            key = tuple(group)
+            if key not in self._reads:
+                self._reads[key] = asyncio.create_task(
+                    self._queue._read(group, consumer, count, block_ms)
+                )
+        await asyncio.wait(self._reads.values(), return_when=asyncio.FIRST_COMPLETED)
+        entries: list[Entry] = []
+        failure: BaseException | None = None
+        for key, task in list(self._reads.items()):
+            if not task.done():
+                continue
+            del self._reads[key]
+            error = task.exception()
+            if error is None:
+                entries += task.result()
+            else:
+                failure = error
+        if failure is not None and not entries:
+            raise failure
+        if failure is not None:  # that group is read again next time
+            log.debug("a blocking read failed beside one that read entries: %r", failure)
+        return entries
 
     async def close(self) -> None:
-        for batcher in list(self._batchers.values()):
-            await batcher.close()
-
-
-def _runs_by_slot(streams: Sequence[str]) -> list[list[str]]:
-    """``streams`` cut into consecutive runs of one hash tag, order kept."""
-    runs: list[list[str]] = []
-    for stream in streams:
-        if runs and keys.slot_tag(runs[-1][0]) == keys.slot_tag(stream):
-            runs[-1].append(stream)
-        else:
-            runs.append([stream])
-    return runs
+        for task in self._reads.values():
+            task.cancel()
+        for task in self._reads.values():
+            with contextlib.suppress(BaseException):
+                await task
+        self._reads.clear()
 
 
 def _text(value: bytes | str) -> str:

@@ -7,7 +7,9 @@ resumes exactly. A stream expires ``retention`` seconds after its ``done``, and 
 ``max_len`` entries at most (the oldest are trimmed: a run that logs without end cannot grow
 it without bound). Appends that
 arrive together (many predictions at once) share one script call: build one ``EventLog`` per
-process and share it.
+process and share it. In a Redis Cluster a script call takes the streams of one slot only, so
+appends are batched per hash tag there (event streams share ``keys.EVENT_TAGS`` tags in a
+cluster: ``EventLog.key`` names them).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from redis.asyncio import Redis
 
 from tracker import keys
 from tracker.group_commit import Batcher
+from tracker.redis_connect import is_cluster
+from tracker.slots import PerSlot
 from tracker.states import Status
 
 DEFAULT_RETENTION = 3600
@@ -70,8 +74,17 @@ class EventLog:
         self.redis = redis
         self.retention = retention
         self.max_len = max_len
+        self.clustered = is_cluster(redis)
         self._script = redis.register_script(_APPEND_SCRIPT)
-        self._appends: Batcher[_Append, None] = Batcher(self._write_appends)
+        self._appends: Batcher[_Append, None] | PerSlot[_Append, None] = (
+            PerSlot(self._write_appends, lambda append: append.key)
+            if self.clustered
+            else Batcher(self._write_appends)
+        )
+
+    def key(self, prediction_id: str) -> str:
+        """The prediction's event stream in this Redis (its name differs in a cluster)."""
+        return keys.events_key(prediction_id, self.clustered)
 
     async def append(
         self,
@@ -88,9 +101,7 @@ class EventLog:
                 fields["prediction"] = final
             entries.append(fields)
         done = any(kind is EventType.DONE for kind, _ in events)
-        await self._appends.submit(
-            _Append(events_key(prediction_id), entries, done, self.retention)
-        )
+        await self._appends.submit(_Append(self.key(prediction_id), entries, done, self.retention))
 
     async def finish(
         self,
@@ -110,7 +121,8 @@ class EventLog:
 
     async def _write_appends(self, appends: list[_Append]) -> list[None]:
         """Many predictions' events in one script call: one round trip and one command, far
-        less client work than a command per event. Each prediction's events keep their order."""
+        less client work than a command per event. Each prediction's events keep their order.
+        (In a cluster ``appends`` share one hash tag.)"""
         script_keys: list[str] = []
         args: list[str | int] = [self.max_len]
         for append in appends:
@@ -128,7 +140,7 @@ class EventLog:
     ) -> list[Event]:
         """Events after ``after`` ("0" for all), waiting up to ``block_ms`` for the first."""
         reply: Any = await self.redis.xread(
-            {events_key(prediction_id): after}, count=count, block=block_ms
+            {self.key(prediction_id): after}, count=count, block=block_ms
         )
         return [
             self.parse(entry_id, fields)
@@ -149,15 +161,15 @@ class EventLog:
 
     async def is_done(self, prediction_id: str) -> bool:
         """Whether the stream ends with ``done`` (nothing may follow it)."""
-        reply: Any = await self.redis.xrevrange(events_key(prediction_id), count=1)
+        reply: Any = await self.redis.xrevrange(self.key(prediction_id), count=1)
         return bool(reply) and reply[0][1].get(b"type") == EventType.DONE.value.encode()
 
     async def exists(self, prediction_id: str) -> bool:
-        return bool(await self.redis.exists(events_key(prediction_id)))
+        return bool(await self.redis.exists(self.key(prediction_id)))
 
     async def has_output(self, prediction_id: str, page: int = 500) -> bool:
         """Whether any ``output`` event was appended (a scan: for rare recovery paths only)."""
-        key = events_key(prediction_id)
+        key = self.key(prediction_id)
         start = "-"
         while True:
             entries: Any = await self.redis.xrange(key, min=start, count=page)

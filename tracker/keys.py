@@ -1,18 +1,20 @@
 """Every Redis key and channel Conduit uses, built and parsed here and nowhere else.
 
 Keys of one deployable share a Redis Cluster hash tag (the part in braces), so a director's read
-of several shards and the enqueue and ack scripts touch one slot (the queue groups those
-batches per tag; ``slot_tag`` tells callers how). Per-prediction keys carry the prediction's
-own tag. Not yet grouped per slot, so still single-Redis only: event appends of many
-predictions in one script call, and a director's one blocking read of its deployment's and
-version's streams together.
+of several shards and the enqueue and ack scripts touch one slot (callers group batches per
+tag, ``tracker.slots``; ``slot_tag`` tells them how). Per-prediction event streams carry the
+prediction's own tag on a single Redis. In a Redis Cluster they carry one of
+``EVENT_TAGS`` shared tags instead (``events_key(id, clustered=True)``): a blocking ``XREAD``
+names keys of one slot only, so an api's one reader of every watched stream becomes one reader
+per tag, a bounded number, where per-prediction tags would need one per prediction.
 
 ====================================  ===========================================================
 ``input:prediction:{dp-o/n}:3``       shard 3 of deployment ``o/n``'s input stream (``vp-<id>``
                                       for a version); ``input:prediction:dp-o/n:3`` is the older
                                       untagged form, still read until drained
 ``dead:{dp-o/n}:3``                   dead letters of that shard (same tag as its stream)
-``events:prediction:{<id>}``          a prediction's event stream (SSE, ``Prefer: wait``)
+``events:prediction:{<id>}``          a prediction's event stream (SSE, ``Prefer: wait``); in a
+                                      Redis Cluster ``events:prediction:{ev<n>-<salt>}:<id>``
 ``lock:reconcile:{dp-o/n}``           one reconciler per deployable at a time
 ``director:alive:<consumer>``         present while that director heartbeats; names its runs
 ``conduit:epoch``                     when this Redis's data began (a restart without data
@@ -30,8 +32,12 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import itertools
 import random
+import zlib
 from dataclasses import dataclass
+
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: Shards of its deployable an account may use: one account's flood fills at most this many.
 SHARDS_PER_ACCOUNT = 2
@@ -112,7 +118,35 @@ def dead_letter_stream(stream: str) -> str:
     return f"{DEAD_PREFIX}{{{parsed.deployable}}}:{parsed.shard}"
 
 
-def events_key(prediction_id: str) -> str:
+#: Hash tags event streams share in a Redis Cluster: an api holds one blocking reader per tag
+#: it has waiters on, and event writes spread over this many slots. Every process of a
+#: deployment must agree on it, so it is a constant.
+EVENT_TAGS = 16
+
+
+def _event_tags(count: int) -> tuple[str, ...]:
+    """``count`` tags whose slots fall in ``count`` equal slot ranges, one in each: however a
+    cluster splits its slots into ranges of about equal size, event streams spread evenly
+    over its nodes. (The first ``ev<n>-<salt>`` that hashes into range n; deterministic.)"""
+    width = REDIS_CLUSTER_HASH_SLOTS // count
+    tags = []
+    for n in range(count):
+        for salt in itertools.count():
+            tag = f"ev{n}-{salt}"
+            if key_slot(tag.encode()) // width == n:
+                tags.append(tag)
+                break
+    return tuple(tags)
+
+
+EVENT_TAG_NAMES = _event_tags(EVENT_TAGS)
+
+
+def events_key(prediction_id: str, clustered: bool = False) -> str:
+    """A prediction's event stream; ``clustered``: its name in a Redis Cluster."""
+    if clustered:
+        tag = EVENT_TAG_NAMES[zlib.crc32(prediction_id.encode()) % EVENT_TAGS]
+        return f"{EVENTS_PREFIX}{{{tag}}}:{prediction_id}"
     return f"{EVENTS_PREFIX}{{{prediction_id}}}"
 
 

@@ -44,6 +44,7 @@ from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
 from tracker import keys, store
 from tracker.capabilities import Verdict
 from tracker.events import EventType, done_data, output_text
+from tracker.redis_connect import is_cluster
 from tracker.states import Status
 
 router = APIRouter(prefix="/v1")
@@ -76,7 +77,7 @@ async def _refuse_unsent(redis: Redis, prediction_id: str, after: str) -> None:
     comes before it, or wait for ever on a finished prediction."""
     if after == "0":
         return
-    last = await redis.xrevrange(keys.events_key(prediction_id), count=1)
+    last = await redis.xrevrange(keys.events_key(prediction_id, is_cluster(redis)), count=1)
     if last and _position(after) > _position(_text(last[0][0])):
         raise InvalidRequest(
             f"Last-Event-ID {after!r} is past the last event of this stream",
