@@ -2,9 +2,35 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import Engine as SyncEngine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+
+class DatabaseSettings(BaseSettings):
+    """How every process (api, director, ``conduit migrate``, ``conduit admin``) talks to
+    Postgres, from ``CONDUIT_DATABASE_*``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CONDUIT_DATABASE_", extra="ignore", env_ignore_empty=True
+    )
+
+    #: Let psycopg prepare statements it runs often (its ``prepare_threshold``, 5 runs per
+    #: connection). Set false when ``DATABASE_URL`` goes through a pooler in transaction mode
+    #: (PgBouncer before 1.21, or without ``max_prepared_statements``): a statement prepared
+    #: on one server connection is then executed on another, where it does not exist.
+    prepared_statements: bool = True
+
+
+def connect_args(prepared_statements: bool | None = None) -> dict[str, Any]:
+    """psycopg ``connect()`` keywords for the setting (read from the environment when not
+    given). ``prepare_threshold=None`` is psycopg's switch for "never prepare"."""
+    if prepared_statements is None:
+        prepared_statements = DatabaseSettings().prepared_statements
+    return {} if prepared_statements else {"prepare_threshold": None}
 
 
 def sqlalchemy_url(database_url: str) -> str:
@@ -15,7 +41,9 @@ def sqlalchemy_url(database_url: str) -> str:
     raise ValueError(f"DATABASE_URL must be a postgresql:// URL, got {database_url.split(':')[0]}")
 
 
-def make_engine(database_url: str, pool_size: int = 10) -> Engine:
+def make_engine(
+    database_url: str, pool_size: int = 10, *, prepared_statements: bool | None = None
+) -> Engine:
     # No pre-ping: it costs a round trip on every checkout, i.e. on every state write. A
     # connection broken by a Postgres restart fails one statement, SQLAlchemy invalidates the
     # pool, and callers treat the error as the transient outage it is.
@@ -29,6 +57,7 @@ def make_engine(database_url: str, pool_size: int = 10) -> Engine:
         # bits; inputs are refused past it). orjson's parser reads integers beyond 64 bits as
         # floats: what was stored as a float reads back as one.
         json_deserializer=orjson.loads,
+        connect_args=connect_args(prepared_statements),
     )
     return Engine(engine.sync_engine)
 
