@@ -1,14 +1,21 @@
-"""Alembic environment: migrates the database named by DATABASE_URL (or the config's url)."""
+"""Alembic environment: migrates the database named by DATABASE_URL (or the config's url).
+
+Concurrent runs (every replica of a deployment running ``conduit migrate`` as it starts) are
+serialised by a transaction-level advisory lock taken before alembic reads the current
+revision: the first run migrates, the others wait, then find the schema at head. A
+transaction-level lock also holds through a pooler in transaction mode, which a session-level
+one would not (all migrations run in one transaction, as Postgres allows DDL in one).
+"""
 
 from __future__ import annotations
 
 import os
 from logging.config import fileConfig
 
-from sqlalchemy import create_engine, pool
+from sqlalchemy import create_engine, pool, text
 
 from alembic import context
-from tracker.db import sqlalchemy_url
+from tracker.db import MIGRATE_LOCK_KEY, connect_args, sqlalchemy_url
 from tracker.tables import Base
 
 config = context.config
@@ -32,10 +39,13 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = create_engine(database_url(), poolclass=pool.NullPool)
+    engine = create_engine(database_url(), poolclass=pool.NullPool, connect_args=connect_args())
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=target_metadata)
         with context.begin_transaction():
+            connection.execute(
+                text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATE_LOCK_KEY}
+            )
             context.run_migrations()
     engine.dispose()
 

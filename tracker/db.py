@@ -9,6 +9,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import Engine as SyncEngine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+#: The advisory lock key ``conduit migrate`` holds while it migrates (a fixed bigint; this one
+#: spells "conduit" in ASCII).
+MIGRATE_LOCK_KEY = 0x636F6E64756974
+
 
 class DatabaseSettings(BaseSettings):
     """How every process (api, director, ``conduit migrate``, ``conduit admin``) talks to
