@@ -24,6 +24,9 @@ from api.cache import Catalog
 from api.deps import Resources
 from api.event_hub import EventHub
 from api.limits import BodySizeLimit
+from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
+from api.metrics import router as metrics_router
+from api.request_ids import RequestIds
 from api.routes import health, models, predictions, streams, usage, webhooks
 from api.settings import ApiSettings
 from director.queue import Queue
@@ -116,10 +119,18 @@ def create_app(settings: ApiSettings) -> FastAPI:
         )
         dispatcher.start()
         hub.start()
+        metrics_server = None
+        if settings.metrics_port is not None:
+            metrics_server = MetricsServer(
+                app.state.metrics, settings.metrics_host, settings.metrics_port
+            )
+            await metrics_server.start()
         try:
             with release_on_exit_signals(hub):
                 yield
         finally:
+            if metrics_server is not None:
+                await metrics_server.stop()
             await hub.close()
             await app.state.resources.new_predictions.close()
             await app.state.resources.queue.close()
@@ -139,4 +150,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(usage.router)
     app.include_router(health.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Metrics and request ids: one registry per app; the id outermost, so that every answer
+    # (a refused body's too) carries it.
+    app.state.metrics = ApiMetrics()
+    app.state.metrics.watch(lambda: getattr(app.state, "resources", None))
+    app.include_router(metrics_router)
+    app.add_middleware(RequestMetrics, metrics=app.state.metrics)
+    app.add_middleware(RequestIds)
     return app

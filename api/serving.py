@@ -20,6 +20,7 @@ from api.pagination import decode_cursor, encode_cursor
 from api.priority import honoured
 from api.protocol import PredictionCreate
 from api.validation import check_input
+from conduit.logging_setup import REQUEST_ID
 from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
 from tracker.ids import new_prediction_id
@@ -174,6 +175,7 @@ async def create(
         target=target.name,
         deadline=datetime.now(UTC) + cancel_after if cancel_after else None,
         priority=priority.value if priority is not None else None,
+        request_id=REQUEST_ID.get(),
     )
     if idempotency is None:
         row, replayed = await resources.new_predictions.submit(new), False

@@ -63,3 +63,14 @@ class ApiSettings(BaseSettings):
     #: Deepest nesting accepted in a prediction's ``input`` (the object itself is level 1);
     #: deeper inputs get 422.
     max_input_depth: int = Field(64, ge=1, le=200)
+
+    # Operations: shutdown, metrics.
+    #: Seconds open requests get to end after SIGTERM before the server closes them. Longer
+    #: than the longest ``Prefer: wait`` (``api.prefer.MAX_WAIT``, 60 s), although waiters are
+    #: answered as soon as SIGTERM arrives; keep it under the orchestrator's grace period.
+    shutdown_timeout: int = Field(65, ge=1)
+    #: Serve ``/metrics`` on this port of its own (on ``metrics_host``) instead of the API's
+    #: port, so that what is public of the API need not include it. Unset: the API's port.
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    #: Address of the ``metrics_port`` listener; ``0.0.0.0`` for Prometheus in another pod.
+    metrics_host: str = "127.0.0.1"

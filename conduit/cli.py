@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -79,6 +78,13 @@ def cmd_api(args: argparse.Namespace) -> None:
         http="httptools",
         access_log=False,
         log_level="warning",
+        # uvicorn's loggers go through the process's own handler (conduit.logging_setup), so
+        # CONDUIT_LOG_FORMAT=json covers its lines too.
+        log_config=None,
+        # Open requests get this long to end after SIGTERM. Waiters are answered at once then
+        # (api.app.release_on_exit_signals); the bound keeps an SSE client or a slow upload
+        # from holding the shutdown past what the orchestrator allows.
+        timeout_graceful_shutdown=settings.shutdown_timeout,
         # X-Forwarded-For names the client only when a trusted proxy sent it (uvicorn would
         # otherwise trust any loopback peer): failed logins are counted per client address.
         proxy_headers=bool(trusted),
@@ -239,6 +245,7 @@ def _add_sharing(admin_sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conduit", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"conduit {package_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
@@ -348,10 +355,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging() -> None:
+    """``CONDUIT_LOG_LEVEL`` (default INFO) and ``CONDUIT_LOG_FORMAT`` (``text`` or ``json``),
+    the same for every subcommand."""
+    from conduit.logging_setup import configure
+
+    try:
+        configure(
+            os.environ.get("CONDUIT_LOG_LEVEL", "INFO"),
+            os.environ.get("CONDUIT_LOG_FORMAT", "text"),
+        )
+    except ValueError as error:
+        raise SystemExit(f"conduit: {error}") from None
+
+
+def package_version() -> str:
+    """The installed distribution's version: what ``pip`` and the image installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("conduit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(
-        level=os.environ.get("CONDUIT_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     args = build_parser().parse_args(argv)
+    configure_logging()
     args.func(args)

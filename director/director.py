@@ -25,6 +25,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
 from sqlalchemy import text
 
+from conduit.logging_setup import bound
 from director.attempts import Attempt, Attempts
 from director.claims import Claims
 from director.deployment import ServedDeployment
@@ -125,6 +126,9 @@ class Director:
         self._slot_freed = asyncio.Event()
         self._backend_trouble = False
         self.runner_suspect = False  # ignored a cancel: take no work until it is READY again
+        #: ``loop.time()`` of the read loop's latest turn; None before the first. The loop
+        #: turns at least every ``block_ms`` (or back-off pause) while it runs (``/livez``).
+        self.last_turn: float | None = None
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then let in-flight predictions finish."""
@@ -151,7 +155,9 @@ class Director:
 
     async def _read_loop(self) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
         while not self.stopping.is_set():
+            self.last_turn = loop.time()
             free = self.attempts.idle_workers()
             if free <= 0 or self.runner_suspect:
                 await self._wait_for_slot()
@@ -188,7 +194,10 @@ class Director:
         await self.intake.fill(free, offer_own=not self.monitor.gone)
 
     def _spawn(self, attempt: Attempt) -> None:
-        attempt.task = asyncio.create_task(self._handle(attempt))
+        # The task's log lines name the prediction (conduit.logging_setup); the handler adds
+        # the request id once the claim has read it.
+        with bound(prediction_id=attempt.entry.prediction_id):
+            attempt.task = asyncio.create_task(self._handle(attempt))
         attempt.task.add_done_callback(lambda _: self._slot_freed.set())
 
     async def _handle(self, attempt: Attempt) -> None:
@@ -217,7 +226,8 @@ class Director:
 
     async def _wait_for_slot(self) -> None:
         self._slot_freed.clear()
-        timeout = 1.0 if self.runner_suspect else None
+        # Bounded even when all workers are busy, so the loop keeps turning (``/livez``).
+        timeout = 1.0 if self.runner_suspect else self.settings.block_ms / 1000
         stop = asyncio.ensure_future(self.stopping.wait())
         slot = asyncio.ensure_future(self._slot_freed.wait())
         await asyncio.wait({stop, slot}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

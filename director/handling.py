@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from sqlalchemy.engine import RowMapping
 
+from conduit.logging_setup import REQUEST_ID
 from director import metrics
 from director.attempts import Attempt
 from director.backoff import StartBackoff
@@ -89,6 +90,8 @@ class AttemptHandler:
         if not isinstance(claim, Claimed):
             return claim is Verdict.DROP
         row = claim.row
+        if request_id := row.get("request_id"):  # this task's later lines carry the create's
+            REQUEST_ID.set(request_id)
         attempt.lease.attempt = row["attempt"]
         if row["attempt"] > 1:
             log.info(
@@ -189,6 +192,12 @@ class AttemptHandler:
         was fenced out and the prediction is terminal anyway."""
         await tracker.close()
         if written is not None:
+            log.info(
+                "%s ended %s (attempt %d)",
+                tracker.prediction_id,
+                written["status"],
+                tracker.attempt,
+            )
             return True
         log.info(
             "attempt %d of %s no longer owns it: ended without writing a terminal state",

@@ -15,6 +15,7 @@ from director.attempts import Attempts
 from director.deployment import load_deployment
 from director.director import Director
 from director.outbound import Outbound
+from director.probes import Probes
 from director.queue import Queue
 from director.queue import connect as connect_redis
 from director.receiver import Receiver
@@ -75,17 +76,19 @@ async def serve(settings: DirectorSettings) -> None:
             engine, settings.deployment, Queue(redis), settings.drain_shards
         )
         await receiver.start()
+        runner = RunnerClient(settings.runner_url, session, settings.runner_token)
         director = Director(
             settings,
             deployment,
             StateWrites(engine),
             redis,
-            RunnerClient(settings.runner_url, session, settings.runner_token),
+            runner,
             attempts,
             consumer=director_id(settings),
             outbound=outbound,
             webhook_url=receiver.webhook_url,
         )
+        receiver.probes = Probes(director, engine, redis, runner, settings.loop_stall_after)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, director.stopping.set)

@@ -16,6 +16,10 @@ body past ``max_body`` (16 MiB) is refused with 413 before anything is taken fro
 The receiver listens on loopback unless told otherwise (``CONDUIT_DIRECTOR_RECEIVER_HOST``);
 ``CONDUIT_DIRECTOR_RECEIVER_URL`` is how runners on other hosts reach it, when it listens on
 a reachable address. Its ``/health`` and ``/metrics`` carry nothing a runner could forge.
+
+The receiver's port is also the director's metrics and probe port: ``/metrics`` (Prometheus),
+``/livez`` and ``/readyz`` (:mod:`director.probes`); set ``CONDUIT_DIRECTOR_RECEIVER_PORT``
+to have a fixed one (the default, 0, takes any free port).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import hmac
 import logging
 import socket
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
@@ -56,6 +60,19 @@ def _problem(status: int, title: str, detail: str, **extra: Any) -> web.Response
     return web.Response(body=orjson.dumps(body), status=status, content_type=PROBLEM_JSON)
 
 
+class Probes(Protocol):
+    """What ``/livez`` and ``/readyz`` ask (:class:`director.probes.Probes`)."""
+
+    def live(self) -> tuple[bool, dict[str, Any]]: ...
+
+    async def ready(self) -> tuple[bool, dict[str, Any]]: ...
+
+
+def _probe_answer(ok: bool, checks: dict[str, Any]) -> web.Response:
+    body = {"status": "ok" if ok else "unavailable", "checks": checks}
+    return web.json_response(body, status=200 if ok else 503)
+
+
 def _not_found() -> web.Response:
     """The one answer to every path that does not name an attempt in flight by its secret."""
     return _problem(404, "Not Found", "no attempt in flight here answers to this URL")
@@ -76,6 +93,8 @@ class Receiver:
         self.attempts = attempts
         self.max_body = max_body
         self._runner: web.AppRunner | None = None
+        #: Set once the director is built; until then it is live and not ready (starting).
+        self.probes: Probes | None = None
 
     @property
     def public_url(self) -> str:
@@ -96,6 +115,8 @@ class Receiver:
         app.router.add_post(PATH_PREFIX + "{path:.*}", self._webhook)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/livez", self._livez)
+        app.router.add_get("/readyz", self._readyz)
         return app
 
     async def start(self) -> None:
@@ -113,6 +134,16 @@ class Receiver:
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(REGISTRY)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _livez(self, request: web.Request) -> web.Response:
+        if self.probes is None:
+            return _probe_answer(True, {"loop": "starting"})
+        return _probe_answer(*self.probes.live())
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        if self.probes is None:
+            return _probe_answer(False, {"director": "starting"})
+        return _probe_answer(*await self.probes.ready())
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "inflight": len(self.attempts)})

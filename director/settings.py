@@ -91,6 +91,10 @@ class DirectorSettings(BaseSettings):
     #: many), besides its expiry ``events_retention`` seconds after the end.
     events_max_len: int = Field(100_000, ge=100)
 
+    #: Seconds the main loop may go without a turn before ``/livez`` fails. It turns at least
+    #: every ``block_ms``, and every 5 s while Redis is away (its back-off's cap).
+    loop_stall_after: float = Field(60.0, gt=0)
+
     @property
     def heartbeat_every(self) -> float:
         return self.heartbeat_interval or self.visibility_timeout / 4

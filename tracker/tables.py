@@ -178,6 +178,8 @@ class Prediction(Base):
     data_removed: Mapped[bool] = mapped_column(Boolean, server_default="false")
     #: The request's ``X-Priority``; NULL when it sent none (the deployment's applies).
     priority: Mapped[str | None] = mapped_column(String(8))
+    #: The ``X-Request-Id`` of the create request (``api.request_ids``), for log lines.
+    request_id: Mapped[str | None] = mapped_column(String(128))
 
 
 class WebhookDelivery(Base):

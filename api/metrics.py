@@ -1,0 +1,167 @@
+"""Prometheus metrics of one api process, on its own registry (``/metrics``).
+
+Requests are counted by method, route template (``/v1/predictions/{prediction_id}``, never
+the path itself, so ids do not become label values) and status, with a latency histogram by
+route; paths that match no route count as ``unmatched``. Gauges read at scrape time: waiters
+held by the event hub (``Prefer: wait`` and SSE), and the use of the Postgres and Redis pools.
+
+The registry belongs to the app (``create_app`` makes one), not to the module: two apps in one
+process (tests) count apart, and nothing registers twice.
+
+``/metrics`` is on the API's port unless ``CONDUIT_API_METRICS_PORT`` is set; then it is only
+on that port (:class:`MetricsServer`), and the API's port answers it 404 like any unknown path.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from aiohttp import web
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
+from prometheus_client.registry import Collector
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from api.deps import Resources
+from api.errors import NotFound
+
+#: Latency buckets (s): the API's own answers take milliseconds; ``Prefer: wait`` up to 60 s.
+BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+UNMATCHED = "unmatched"
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "conduit_api_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "conduit_api_request_duration_seconds",
+            "Seconds from a request's arrival to the end of its answer, by route template.",
+            ["method", "route"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+
+    def watch(self, resources: Callable[[], Resources | None]) -> None:
+        """Report the waiters and pools of the resources the app opened (none before)."""
+        self.registry.register(ResourceCollector(resources))
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, documentation, value=value)
+
+
+class ResourceCollector(Collector):
+    """Gauges read from the live objects at each scrape, so they are never stale."""
+
+    def __init__(self, resources: Callable[[], Resources | None]) -> None:
+        self._resources = resources
+
+    def collect(self) -> Iterator[Metric]:
+        resources = self._resources()
+        if resources is None:
+            return
+        hub = resources.hub
+        yield _gauge("conduit_api_waiters", "Prefer: wait and SSE waiters held.", hub.waiters)
+        yield _gauge("conduit_api_max_waiters", "Most waiters this process holds.", hub.max_waiters)
+        pool = resources.engine.pool
+        size = getattr(pool, "size", None)
+        checked_out = getattr(pool, "checkedout", None)
+        if callable(size) and callable(checked_out):
+            yield _gauge(
+                "conduit_api_db_pool_checked_out",
+                "Postgres connections in use.",
+                checked_out(),
+            )
+            yield _gauge("conduit_api_db_pool_size", "Postgres connections the pool keeps.", size())
+        redis_pool = getattr(resources.redis, "connection_pool", None)
+        in_use = getattr(redis_pool, "_in_use_connections", None)
+        if redis_pool is not None and in_use is not None:
+            yield _gauge("conduit_api_redis_pool_in_use", "Redis connections in use.", len(in_use))
+            yield _gauge(
+                "conduit_api_redis_pool_max",
+                "Most Redis connections the pool opens.",
+                getattr(redis_pool, "max_connections", 0),
+            )
+
+
+class RequestMetrics:
+    """Pure ASGI middleware: counts and times every HTTP request by its route template."""
+
+    def __init__(self, app: ASGIApp, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # what the client gets when the app fails before answering
+
+        async def recording_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, recording_send)
+        finally:
+            # The router writes the matched route into the scope it was handed (this one).
+            route = getattr(scope.get("route"), "path", None) or UNMATCHED
+            self.metrics.observe(scope["method"], route, status, time.perf_counter() - started)
+
+
+router = APIRouter()
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request) -> Response:
+    if request.app.state.resources.settings.metrics_port is not None:
+        raise NotFound("metrics are served on their own port")
+    body = request.app.state.metrics.exposition()
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+class MetricsServer:
+    """``/metrics`` alone on a port of its own, in the api's event loop."""
+
+    def __init__(self, metrics: ApiMetrics, host: str, port: int) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def _serve(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._serve)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
