@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from conduit.logging_setup import configure
 from runners.server import serve
 
 
@@ -21,6 +22,9 @@ def main() -> None:
         "--concurrency", type=int, default=int(os.environ.get("COG_MAX_CONCURRENCY", "1"))
     )
     args = parser.parse_args()
+    configure(
+        os.environ.get("CONDUIT_LOG_LEVEL", "INFO"), os.environ.get("CONDUIT_LOG_FORMAT", "text")
+    )
     serve(args.model, args.host, args.port, args.concurrency)
 
 
