@@ -33,13 +33,21 @@ def database_url() -> str:
     return ApiSettings().database_url
 
 
+def migrations_dir() -> Path:
+    """The alembic scripts: ``conduit/migrations`` in an installed wheel (where the top-level
+    ``alembic/`` of the source tree ships), else ``alembic/`` of this checkout."""
+    installed = Path(__file__).resolve().parent / "migrations"
+    return installed if (installed / "env.py").is_file() else ROOT / "alembic"
+
+
 def migrate(url: str | None = None, revision: str = "head") -> None:
     from alembic.config import Config
 
     from alembic import command
 
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "alembic"))
+    ini = ROOT / "alembic.ini"  # logging levels; only in a checkout
+    config = Config(str(ini)) if ini.is_file() else Config()
+    config.set_main_option("script_location", str(migrations_dir()))
     config.set_main_option("sqlalchemy.url", (url or database_url()).replace("%", "%%"))
     command.upgrade(config, revision)
 
