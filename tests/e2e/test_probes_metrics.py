@@ -6,27 +6,14 @@ import threading
 import uuid
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 from conduit.services import free_port
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem
+from tests.fixtures.metrics import value
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.waiting import wait_for
-
-
-def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of an exposition, by name and labels."""
-    return {
-        (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
-
-
-def value(text: str, name: str, **labels: str) -> float | None:
-    return samples(text).get((name, frozenset(labels.items())))
 
 
 def _answers(url: str) -> bool:
