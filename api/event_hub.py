@@ -110,6 +110,7 @@ class EventHub:
         """The hub for the Redis of ``url`` (``waker``: the process's client of it)."""
         if redis_connect.is_cluster(waker):
             return ClusterEventHub(url, waker, max_waiters, block_ms, client_name)
+
         reader = redis_connect.connect_dedicated(url, client_name)
         return cls(reader, waker, max_waiters, block_ms)
 
@@ -248,7 +249,15 @@ class _Reader:
         return self._client
 
     async def _lost(self) -> None:
-        """After a failed read (the cluster reader finds its node again)."""
+        """After a failed read, hand the connection back to its pool: the next read takes it
+        through the pool's connect, which asks the sentinels where the master is now. (A
+        single-connection client left to reconnect by itself goes back to the address it had,
+        the dead master.)"""
+        client = self._client
+        if client is not None and client.connection is not None:
+            connection, client.connection = client.connection, None
+            await connection.disconnect()
+            await client.connection_pool.release(connection)
 
     async def _run(self) -> None:
         backoff = 0.05
