@@ -85,6 +85,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+        replica = (
+            make_engine(settings.database_read_url, pool_size=settings.db_pool_size)
+            if settings.database_read_url
+            else None
+        )
         redis = connect_redis(
             settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
         )
@@ -116,6 +121,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             webhooks=policy,
             dispatcher=dispatcher,
             new_predictions=Batcher(functools.partial(insert_predictions, engine)),
+            replica=replica,
         )
         dispatcher.start()
         hub.start()
@@ -139,6 +145,8 @@ def create_app(settings: ApiSettings) -> FastAPI:
             sign_stream_urls(None)
             await redis.aclose()
             await engine.dispose()
+            if replica is not None:
+                await replica.dispose()
 
     app = FastAPI(title="Conduit", version="0.1.0", lifespan=lifespan)
     errors.install(app)

@@ -44,6 +44,13 @@ class Resources:
     dispatcher: Dispatcher
     #: Group commit of new predictions (:func:`tracker.store.insert_predictions`).
     new_predictions: Batcher[NewPrediction, RowMapping]
+    #: The read replica's engine (``CONDUIT_DATABASE_READ_URL``), if there is one.
+    replica: AsyncEngine | None = None
+
+    @property
+    def reads(self) -> AsyncEngine:
+        """Where reads that may lag a little go: the replica, else the primary."""
+        return self.replica or self.engine
 
     def base_url(self, request: Request) -> str:
         if self.settings.public_url:

@@ -211,8 +211,16 @@ async def cancel(
     return row
 
 
-async def get(resources: Resources, account: AccountInfo, prediction_id: str) -> RowMapping:
-    row = await store.get_for_account(resources.engine, account.id, prediction_id)
+async def get(
+    resources: Resources, account: AccountInfo, prediction_id: str, *, replica: bool = False
+) -> RowMapping:
+    """``replica``: read from the read replica when there is one, and from the primary when
+    the prediction is not there (yet)."""
+    row = None
+    if replica and resources.replica is not None:
+        row = await store.get_for_account(resources.replica, account.id, prediction_id)
+    if row is None:
+        row = await store.get_for_account(resources.engine, account.id, prediction_id)
     if row is None:
         raise NotFound(f"Prediction {prediction_id} not found")
     return row
@@ -224,7 +232,7 @@ async def list_page(
     limit = resources.settings.page_size
     after, before = read_cursor(cursor)
     rows = await store.list_for_account(
-        resources.engine, account.id, after=after, before=before, limit=limit + 1
+        resources.reads, account.id, after=after, before=before, limit=limit + 1
     )
     page, next_url, previous_url = keyset_page(
         rows,

@@ -16,6 +16,12 @@ class ApiSettings(BaseSettings):
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "CONDUIT_REDIS_URL")
     )
+    #: A read replica for reading predictions (get, list) and usage; unset: the primary. A
+    #: prediction not on the replica yet is read from the primary, so a fresh one is found.
+    database_read_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices("CONDUIT_DATABASE_READ_URL", "CONDUIT_API_DATABASE_READ_URL"),
+    )
     #: Absolute base of the URLs the API hands out (``urls.get``, pagination cursors). Derived
     #: from each request's Host when unset; set it behind a proxy.
     public_url: str | None = Field(

@@ -187,7 +187,7 @@ async def list_predictions(
 async def get_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    row = await serving.get(resources, account, prediction_id)
+    row = await serving.get(resources, account, prediction_id, replica=True)
     return FastJSONResponse(render_prediction(row, resources.base_url(request)))
 
 

@@ -28,5 +28,5 @@ async def get_usage(
     start: datetime | None = None,
     end: datetime | None = None,
 ) -> FastJSONResponse:
-    totals = await usage.summary(resources.engine, account.id, start, end)
+    totals = await usage.summary(resources.reads, account.id, start, end)
     return FastJSONResponse({"start": iso(start), "end": iso(end), **totals})
