@@ -16,7 +16,8 @@ from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.waiting import wait_for
 
 
-def _answers(url: str) -> bool:
+def _answers(proc: Proc, url: str) -> bool:
+    proc.check_alive()
     try:
         return httpx.get(url, timeout=1).status_code == 200
     except httpx.HTTPError:
@@ -24,13 +25,13 @@ def _answers(url: str) -> bool:
 
 
 def _director(
-    launcher: Launcher, admin: Admin, runner_url: str, **settings: str
+    launcher: Launcher, admin: Admin, runner_url: str, env: dict[str, str] | None = None
 ) -> tuple[Proc, str, str]:
     """A director for a new deployment of the echo model, with its receiver on a known port."""
     name = f"test/probe-{uuid.uuid4().hex[:8]}"
     admin.create_deployment(name, ECHO, visibility="public")
     port = free_port()
-    proc = launcher.director(name, runner_url, receiver_port=str(port), **settings)
+    proc = launcher.director(name, runner_url, env=env, receiver_port=str(port))
     return proc, f"http://127.0.0.1:{port}", f"/v1/deployments/{name}/predictions"
 
 
@@ -48,7 +49,7 @@ def test_api_stays_ready_with_redis_away_and_says_so(launcher: Launcher) -> None
     port = free_port()
     api = launcher.spawn("api-no-redis", "api", "--port", str(port), env=away)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: api.check_alive() or _answers(f"{url}/livez"), "api live")
+    wait_for(lambda: _answers(api, f"{url}/livez"), "api live")
     ready = httpx.get(f"{url}/readyz")
     assert ready.status_code == 200, ready.text
     checks = ready.json()["checks"]
@@ -63,7 +64,7 @@ def test_api_not_ready_without_postgres(launcher: Launcher) -> None:
     port = free_port()
     api = launcher.spawn("api-no-postgres", "api", "--port", str(port), env=away)
     url = f"http://127.0.0.1:{port}"
-    wait_for(lambda: api.check_alive() or _answers(f"{url}/livez"), "api live")
+    wait_for(lambda: _answers(api, f"{url}/livez"), "api live")
     ready = httpx.get(f"{url}/readyz")
     assert ready.status_code == 503
     assert ready.json()["checks"]["database"].startswith("error")
@@ -170,7 +171,9 @@ def test_director_not_live_when_its_loop_stalls(
 ) -> None:
     # The loop turns every block_ms (1 s): a 1 ms limit is always past between two turns.
     runner, runner_url = launcher.runner("echo", concurrency=1)
-    director, url, _ = _director(launcher, admin, runner_url, loop_stall_after="0.001")
+    director, url, _ = _director(
+        launcher, admin, runner_url, env={"CONDUIT_DIRECTOR_LOOP_STALL_AFTER": "0.001"}
+    )
 
     def stalled() -> httpx.Response | None:
         director.check_alive()

@@ -45,7 +45,7 @@ def test_a_missing_or_insane_id_is_replaced(client: httpx.Client) -> None:
     assert MADE.fullmatch(made)
     for insane in ("x" * 129, "has space", "semi;colon", "ünï"):
         sent = insane.encode()  # as bytes: UTF-8 on the wire, as a client may send
-        answered = client.get("/v1/predictions", headers={"X-Request-Id": sent}).headers[
+        answered = client.get("/v1/predictions", headers={b"X-Request-Id": sent}).headers[
             "x-request-id"
         ]
         assert answered != insane and MADE.fullmatch(answered), insane
