@@ -7,7 +7,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class ApiSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CONDUIT_API_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="CONDUIT_API_", extra="ignore", env_ignore_empty=True
+    )
 
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/conduit",

@@ -8,7 +8,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class DirectorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CONDUIT_DIRECTOR_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="CONDUIT_DIRECTOR_", extra="ignore", env_ignore_empty=True
+    )
 
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/conduit",

@@ -30,7 +30,11 @@ def _env(*names: str) -> AliasChoices:
 class RunnerConfig(BaseSettings):
     # hide_input_in_errors: a refused setting is reported without its value (it may be a secret).
     model_config = SettingsConfigDict(
-        frozen=True, populate_by_name=True, extra="ignore", hide_input_in_errors=True
+        frozen=True,
+        populate_by_name=True,
+        extra="ignore",
+        hide_input_in_errors=True,
+        env_ignore_empty=True,
     )
 
     throttle_interval: float = Field(

@@ -167,7 +167,9 @@ async def shared_key(redis: Redis, held: bytes | None = None) -> bytes:
 class StreamUrlSettings(BaseSettings):
     """``CONDUIT_STREAM_*``: shared by the api and directors, which both render stream URLs."""
 
-    model_config = SettingsConfigDict(env_prefix="CONDUIT_STREAM_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="CONDUIT_STREAM_", extra="ignore", env_ignore_empty=True
+    )
 
     #: The HMAC key of stream URLs, the same in every process; unset, one is made in Redis.
     signing_key: SecretStr | None = None

@@ -10,7 +10,9 @@ from tracker.webhooks import DEFAULT_SCHEDULE, WebhookPolicy
 
 
 class WebhookSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CONDUIT_WEBHOOK_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="CONDUIT_WEBHOOK_", extra="ignore", env_ignore_empty=True
+    )
 
     #: Comma-separated CIDRs webhooks may reach although internal (e.g. ``127.0.0.0/8``).
     allow_cidrs: str = ""
