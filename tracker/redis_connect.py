@@ -254,11 +254,26 @@ def _sentinel_master(
     return master
 
 
+class _Cluster(RedisCluster):
+    """A cluster client that learns the slot map before its first command.
+
+    redis-py resolves a command's routing before it initializes the client: commands sent by
+    many tasks at once on a fresh client go to an arbitrary node, come back MOVED, and the
+    slot-map refresh that follows closes connections other commands are using; those are then
+    retried, and a write whose reply was lost runs twice (seen here as repeated events).
+    """
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        if self._initialize:
+            await self.initialize()
+        return await super().execute_command(*args, **kwargs)
+
+
 def _cluster(parsed: RedisUrl, max_connections: int | None, client_name: str | None) -> Redis:
     kwargs = parsed.server_kwargs()
     if max_connections is not None:
         kwargs["max_connections"] = max_connections
-    cluster = RedisCluster(
+    cluster = _Cluster(
         startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
         client_name=client_name,
         health_check_interval=30,

@@ -1,0 +1,66 @@
+"""The queue and the event log on a real Redis Cluster: nothing they send spans slots."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+from director.queue import Queue, connect
+from tracker import keys
+from tracker.events import EventLog, EventType
+
+
+@pytest.fixture
+async def cluster(redis_url: str) -> AsyncIterator[Redis]:
+    client = connect(redis_url, max_connections=16)
+    yield client
+    await client.aclose()
+
+
+async def test_a_blocking_read_across_slots_ends_with_the_first_and_keeps_the_others(
+    cluster: Redis,
+) -> None:
+    name = uuid.uuid4().hex[:8]
+    deployment, version = keys.input_stream("dp", f"o/{name}", 0), keys.input_stream("vp", name, 0)
+    assert keys.slot_tag(deployment) != keys.slot_tag(version)
+    queue = Queue(cluster)
+    await queue.ensure_groups([deployment, version])
+    try:
+        reading = asyncio.create_task(queue.read([deployment, version], "c1", 1, 10_000))
+        await queue.enqueue([version], "from-version")
+        first = await asyncio.wait_for(reading, 10)
+        assert [(e.stream, e.prediction_id) for e in first] == [(version, "from-version")]
+        # The deployment's read is still blocked; the next call takes what it brings.
+        await queue.enqueue([deployment], "from-deployment")
+        second = await asyncio.wait_for(queue.read([deployment, version], "c1", 1, 10_000), 10)
+        assert [(e.stream, e.prediction_id) for e in second] == [(deployment, "from-deployment")]
+        for entry in first + second:
+            await queue.ack(entry.stream, entry.id)
+        stats = await queue.stats([deployment, version])
+        assert [(s.length, s.pending) for s in stats] == [(0, 0), (0, 0)]
+    finally:
+        await queue.close()
+
+
+async def test_event_appends_of_many_predictions_at_once_land_in_order(cluster: Redis) -> None:
+    log = EventLog(cluster)
+    ids = [uuid.uuid4().hex for _ in range(60)]
+    assert len({keys.slot_tag(log.key(i)) for i in ids}) > 1
+
+    async def run(pid: str) -> None:
+        for n in range(3):
+            await log.append(pid, [(EventType.OUTPUT, f"{pid}-{n}")])
+        await log.finish(pid, "succeeded", None)
+
+    await asyncio.gather(*(run(pid) for pid in ids))
+    for pid in ids:
+        events = await log.read(pid, "0", None)
+        assert [e.data for e in events if e.type is EventType.OUTPUT] == [
+            f"{pid}-{n}" for n in range(3)
+        ]
+        assert events[-1].type is EventType.DONE
+        assert await log.is_done(pid)
