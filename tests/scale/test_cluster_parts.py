@@ -1,4 +1,5 @@
-"""The queue and the event log on a real Redis Cluster: nothing they send spans slots."""
+"""The queue, the event log and the api's event hub on a real Redis Cluster: nothing they send
+spans slots."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
+from api.event_hub import EventHub
 from director.queue import Queue, connect
 from tracker import keys
 from tracker.events import EventLog, EventType
+
+DEADLINE = 10.0
 
 
 @pytest.fixture
@@ -64,3 +68,41 @@ async def test_event_appends_of_many_predictions_at_once_land_in_order(cluster: 
         ]
         assert events[-1].type is EventType.DONE
         assert await log.is_done(pid)
+
+
+async def test_the_hub_reads_every_tag_and_wakes_a_blocked_reader(
+    redis_url: str, cluster: Redis
+) -> None:
+    """Waiters on streams of many tags get their events; a waiter that joins a tag whose reader
+    is blocked (for far longer than the test waits) is served at once: the reader is woken."""
+    hub = EventHub.for_url(redis_url, cluster, 100, 60_000, "scale-test-hub")
+    hub.start()
+    log = EventLog(cluster)
+    try:
+        ids = [uuid.uuid4().hex for _ in range(40)]
+        by_tag: dict[str, list[str]] = {}
+        for pid in ids:
+            by_tag.setdefault(keys.slot_tag(log.key(pid)), []).append(pid)
+        subs = {pid: hub.subscribe(pid) for pid in ids}
+        for pid in ids:
+            await log.finish(pid, "succeeded", None)
+        async with asyncio.timeout(DEADLINE):
+            for pid, sub in subs.items():
+                assert sub is not None
+                kinds = [(await sub.next()), (await sub.next())]
+                assert [e.type for e in kinds if e] == [EventType.STATUS, EventType.DONE], pid
+        # Each tag's reader is now blocked for a minute; a newcomer on such a tag is served.
+        tag, (seen, *_) = next(iter(by_tag.items()))
+        newcomer = next(
+            pid
+            for pid in (uuid.uuid4().hex for _ in range(1000))
+            if keys.slot_tag(log.key(pid)) == tag
+        )
+        sub = hub.subscribe(newcomer)
+        assert sub is not None and seen
+        await log.append(newcomer, [(EventType.OUTPUT, "late")])
+        async with asyncio.timeout(DEADLINE):
+            event = await sub.next()
+        assert event is not None and event.data == "late"
+    finally:
+        await hub.close()
