@@ -22,6 +22,9 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 ``cancel:predictions``                pub/sub channel: ids of predictions to cancel
 ``conduit:stream-signing-key``        the key of stream capability URLs, when none is
                                       configured (``tracker.capabilities``)
+``fleet:{fleet}:runner:<id>``         a runner's fleet entry (JSON, expires unless its director
+                                      heartbeats; ``tracker.fleet``)
+``fleet:{fleet}:runners``             sorted set of fleet entry ids by last heartbeat (ms)
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
@@ -221,3 +224,17 @@ class Target:
         """Whether ``stream`` is one of this target's shards, under any naming or shard count."""
         parsed = parse_input_stream(stream)
         return parsed is not None and (parsed.kind, parsed.key) == (self.kind, self.key)
+
+
+# --- The fleet registry (``tracker.fleet``) ------------------------------------------------
+# Every fleet key shares one hash tag, so a reader's index read plus MGET of every entry, and
+# the prune script, touch one slot (one node of a Redis Cluster).
+
+FLEET_TAG = "fleet"
+FLEET_PREFIX = f"fleet:{{{FLEET_TAG}}}:"
+FLEET_INDEX = f"{FLEET_PREFIX}runners"
+
+
+def fleet_entry_key(runner_id: str) -> str:
+    """A runner's fleet entry; it expires when its heartbeats stop."""
+    return f"{FLEET_PREFIX}runner:{runner_id}"
