@@ -25,6 +25,7 @@ from conduit.services import (
     ServerStartError,
     ServicesUnavailable,
     _port_is_free,
+    ensure_binaries,
     free_port,
     install_hint,
 )
@@ -91,6 +92,7 @@ class RedisClusterTopology:
         return "redis+cluster://" + ",".join(f"{HOST}:{node.port}" for node in self.nodes)
 
     def start(self, timeout: float = 30) -> Self:
+        ensure_binaries(redis=True, postgres=False)
         cli = shutil.which("redis-cli")
         if cli is None:
             raise ServicesUnavailable(install_hint(["redis-server"]))
@@ -208,6 +210,7 @@ class SentinelTopology:
         return next(s for s in self.servers if s.port == port)
 
     def start(self, timeout: float = 30) -> Self:
+        ensure_binaries(redis=True, postgres=False)
         master, replica = self.servers
         try:
             master.start()
