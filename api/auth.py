@@ -14,7 +14,9 @@ ones out. Hence, in this order, and before any query:
    kept apart from the valid ones: a flood of them evicts only its own kind.
 5. Otherwise Postgres is asked (one query per token however many requests wait for it).
 
-Failures (2 to 5, and an inactive account's token) spend the address's budget. The address is
+Failures (2 to 5, and an inactive account's token) spend the address's budget; a query is
+paid for before it is made and refunded when the token is good, so concurrent requests cannot
+get more queries than the budget holds. The address is
 the connection's peer, or what ``X-Forwarded-For`` says when the peer is a configured trusted
 proxy (``trusted_proxies``; the server applies it, see ``conduit.cli``). IPv6 clients are
 counted per /64, the block one host usually holds. The budget is per api process.
@@ -109,6 +111,12 @@ class FailureBudget:
         self._buckets.move_to_end(address)
         while len(self._buckets) > self.max_addresses:
             self._buckets.popitem(last=False)
+
+    def refund(self, address: str) -> None:
+        """Give back one failure spent ahead of a lookup that then succeeded."""
+        if address in self._buckets:
+            now = self._clock()
+            self._buckets[address] = (min(float(self.burst), self._tokens(address, now) + 1), now)
 
 
 class AccountCache:
@@ -220,7 +228,18 @@ class Authenticator:
                 retry_after=wait,
             )
         if account is None and well_formed(token) and not self.accounts.unknown(token):
-            account = await self.accounts.lookup(token)
+            # Spent before the query, given back when the token proves good: requests that all
+            # arrive before the first answer would otherwise each get a query past the budget.
+            self.failures.spend(address)
+            try:
+                account = await self.accounts.lookup(token)
+            except Exception:
+                self.failures.refund(address)
+                raise
+            if account is not None and account.active:
+                self.failures.refund(address)
+                return account
+            raise Unauthenticated()
         if account is None or not account.active:
             self.failures.spend(address)
             raise Unauthenticated()

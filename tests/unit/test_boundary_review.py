@@ -1,0 +1,74 @@
+"""Attacks on the trust boundaries that slipped past their first tests, each refused.
+
+Pure tests of the deciding code (no servers): the api's failure budget under concurrent
+made-up tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+from starlette.requests import Request
+
+from api.auth import Authenticator
+from api.errors import RateLimited, Unauthenticated
+from api.settings import ApiSettings
+from tracker.catalog import AccountInfo
+
+
+def _request(token: str, client: str = "203.0.113.7") -> Request:
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v1/predictions",
+        "headers": [(b"authorization", f"Bearer {token}".encode())],
+        "client": (client, 40000),
+    }
+    return Request(scope)
+
+
+def _made_up_token() -> str:
+    return "r8_" + secrets.token_urlsafe(30)
+
+
+async def test_concurrent_made_up_tokens_cost_no_more_queries_than_the_budget() -> None:
+    """Requests that all arrive before the first lookup answers must not each get a query:
+    the budget is what a client address may cost the database, however it times its calls."""
+    burst = 5
+    settings = ApiSettings(auth_failure_burst=burst, auth_failures_per_minute=1)
+    queries = 0
+
+    async def load(token: str) -> AccountInfo | None:
+        nonlocal queries
+        queries += 1
+        return None
+
+    auth = Authenticator(load, settings)
+    # Tasks run in order, each up to its first wait, before any lookup they start answers:
+    # all 50 requests are in flight at once, as they would be against a slow database.
+    calls = [auth.account(_request(_made_up_token())) for _ in range(50)]
+    outcomes = await asyncio.gather(*calls, return_exceptions=True)
+    assert all(isinstance(o, RateLimited | Unauthenticated) for o in outcomes), outcomes
+    assert queries <= burst
+    assert sum(isinstance(o, RateLimited) for o in outcomes) >= 50 - burst
+
+
+async def test_a_valid_token_does_not_spend_the_budget_it_reserved() -> None:
+    """Reserving before the query must not make a client with a good token pay for it."""
+    settings = ApiSettings(auth_failure_burst=1, auth_failures_per_minute=1)
+    good = _made_up_token()
+    account = AccountInfo(1, "alice", True, "whsec_x")
+
+    async def load(token: str) -> AccountInfo | None:
+        return account if token == good else None
+
+    auth = Authenticator(load, settings)
+    assert await auth.account(_request(good)) == account
+    # The one failure the burst allows is still there.
+    try:
+        await auth.account(_request(_made_up_token()))
+    except Unauthenticated:
+        pass
+    else:  # pragma: no cover - a made-up token is never an account
+        raise AssertionError("a made-up token was accepted")
