@@ -10,6 +10,7 @@ reported times by the director's own observation of the run (see there).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -75,9 +76,15 @@ def _at_most(value: float | None, limit: float) -> float | None:
 
 
 def _seconds(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    """A reported time, or None for what is not one: NaN in particular, which every bound
+    (``min(nan, x)`` is ``nan``) would let through to billing, and an integer past any float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def remote_times(metrics: Mapping[str, Any]) -> list[float]:

@@ -1,12 +1,13 @@
 """Attacks on the trust boundaries that slipped past their first tests, each refused.
 
 Pure tests of the deciding code (no servers): the api's failure budget under concurrent
-made-up tokens.
+made-up tokens, and the director's bound on runner-reported times.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 
 from starlette.requests import Request
@@ -14,7 +15,9 @@ from starlette.requests import Request
 from api.auth import Authenticator
 from api.errors import RateLimited, Unauthenticated
 from api.settings import ApiSettings
+from runners.protocol import PredictionResponse
 from tracker.catalog import AccountInfo
+from tracker.usage import RunnerTimes
 
 
 def _request(token: str, client: str = "203.0.113.7") -> Request:
@@ -72,3 +75,18 @@ async def test_a_valid_token_does_not_spend_the_budget_it_reserved() -> None:
         pass
     else:  # pragma: no cover - a made-up token is never an account
         raise AssertionError("a made-up token was accepted")
+
+
+def test_a_nan_predict_time_cannot_pass_the_observed_bound() -> None:
+    """A runner (or anyone holding a webhook URL) reporting ``NaN`` must not slip past the
+    clamp to the time the director observed: ``min(nan, x)`` is ``nan``."""
+    bodies = [
+        b'{"id":"p","status":"succeeded","metrics":{"predict_time":NaN,"gpu_time":Infinity}}',
+        b'{"id":"p","status":"succeeded","metrics":{"predict_time":1' + b"0" * 400 + b"}}",
+        b'{"id":"p","status":"succeeded","metrics":{"predict_time":1,"queue_wait_time":NaN}}',
+    ]
+    for body in bodies:
+        snapshot = PredictionResponse.model_validate_json(body)
+        times = RunnerTimes.from_metrics(snapshot.metrics).within(1.5)
+        for value in (times.predict_time, times.queue_wait_time, times.gpu_time):
+            assert value is None or (math.isfinite(value) and 0 <= value <= 1.5), times
