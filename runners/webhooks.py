@@ -165,6 +165,8 @@ class WebhookSender:
         self._dispatcher = dispatcher
         self._config = dispatcher.config
         self.url = url
+        #: How logs name the receiver: its origin only, as a director's URL ends in a secret.
+        self.where = f"{yarl.URL(url).origin()}/..."
         self.events = events
         self._headers = headers
         self._pending: dict[str, Any] | None = None
@@ -209,7 +211,7 @@ class WebhookSender:
         try:
             await self._deliver()
         except Exception:
-            log.exception("webhook delivery to %s stopped", self.url)
+            log.exception("webhook delivery to %s stopped", self.where)
 
     async def _deliver(self) -> None:
         while True:
@@ -233,28 +235,28 @@ class WebhookSender:
         try:
             await self._post(payload)
         except UNREACHABLE as error:
-            log.debug("non-terminal webhook to %s failed: %r", self.url, error)
+            log.debug("non-terminal webhook to %s failed: %r", self.where, error)
         except BlockedAddress as error:
-            log.error("webhook to %s not sent: %s", self.url, error)
+            log.error("webhook to %s not sent: %s", self.where, error)
 
     async def _post_with_retries(self, payload: dict[str, Any]) -> None:
         for attempt in range(self._config.webhook_max_retries + 1):
             try:
                 status = await self._post(payload)
             except UNREACHABLE as error:
-                log.warning("terminal webhook to %s failed: %r", self.url, error)
+                log.warning("terminal webhook to %s failed: %r", self.where, error)
             except BlockedAddress as error:
-                log.error("terminal webhook to %s not sent: %s", self.url, error)
+                log.error("terminal webhook to %s not sent: %s", self.where, error)
                 return
             else:
                 if status < 300:
                     return
                 if status not in _RETRY_STATUSES:
-                    log.error("terminal webhook to %s refused with %d", self.url, status)
+                    log.error("terminal webhook to %s refused with %d", self.where, status)
                     return
-                log.warning("terminal webhook to %s answered %d", self.url, status)
+                log.warning("terminal webhook to %s answered %d", self.where, status)
             if attempt < self._config.webhook_max_retries:
                 base = self._config.webhook_backoff_base
                 await asyncio.sleep(backoff_delay(attempt + 1, initial=base, cap=base * 1024))
         attempts = self._config.webhook_max_retries + 1
-        log.error("terminal webhook to %s gave up after %d attempts", self.url, attempts)
+        log.error("terminal webhook to %s gave up after %d attempts", self.where, attempts)

@@ -1,21 +1,28 @@
 """Attacks on the trust boundaries that slipped past their first tests, each refused.
 
-Pure tests of the deciding code (no servers): the api's failure budget under concurrent
-made-up tokens, and the director's bound on runner-reported times.
+Mostly pure tests of the deciding code: the api's failure budget under concurrent made-up
+tokens, the director's bound on runner-reported times; and the runner's webhook logs against a
+real receiver on loopback.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import secrets
 
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from starlette.requests import Request
 
 from api.auth import Authenticator
 from api.errors import RateLimited, Unauthenticated
 from api.settings import ApiSettings
-from runners.protocol import PredictionResponse
+from runners.config import RunnerConfig
+from runners.protocol import PredictionResponse, WebhookEvent
+from runners.webhooks import WebhookDispatcher
 from tracker.catalog import AccountInfo
 from tracker.usage import RunnerTimes
 
@@ -90,3 +97,37 @@ def test_a_nan_predict_time_cannot_pass_the_observed_bound() -> None:
         times = RunnerTimes.from_metrics(snapshot.metrics).within(1.5)
         for value in (times.predict_time, times.queue_wait_time, times.gpu_time):
             assert value is None or (math.isfinite(value) and 0 <= value <= 1.5), times
+
+
+async def test_the_runner_does_not_log_the_secret_of_a_webhook_url(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A director's receiver URL ends in the attempt's secret: whoever reads the runner's
+    logs must not learn it from a failed delivery (a real receiver on loopback answers 503,
+    then 404, the answers a restarting director gives)."""
+    answers = [503, 404]
+
+    async def receiver(request: web.Request) -> web.Response:
+        return web.Response(status=answers.pop(0))
+
+    app = web.Application()
+    app.router.add_post("/{path:.*}", receiver)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    secret, port = secrets.token_urlsafe(32), server.port
+    url = f"http://127.0.0.1:{port}/runner/p1/1/{secret}?token={secret}"
+    dispatcher = WebhookDispatcher(
+        RunnerConfig(webhook_allow="127.0.0.0/8", webhook_max_retries=1, webhook_backoff_base=0)
+    )
+    await dispatcher.start()
+    try:
+        sender = dispatcher.sender(url, {WebhookEvent.COMPLETED}, {})
+        assert sender is not None
+        with caplog.at_level(logging.DEBUG, logger="runners.webhooks"):
+            sender.send(WebhookEvent.COMPLETED, {"id": "p1", "status": "succeeded"})
+            await dispatcher.close(timeout=30)
+    finally:
+        await server.close()
+    assert not answers, "both answers were given"
+    assert f"127.0.0.1:{port}" in caplog.text  # the logs still say where
+    assert secret not in caplog.text
