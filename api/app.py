@@ -27,7 +27,7 @@ from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
 from api.request_ids import RequestIds
-from api.routes import health, models, predictions, streams, usage, webhooks
+from api.routes import fleet, health, models, predictions, streams, usage, webhooks
 from api.settings import ApiSettings
 from director.queue import Queue
 from director.queue import connect as connect_redis
@@ -156,6 +156,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(streams.router)
     app.include_router(webhooks.router)
     app.include_router(usage.router)
+    app.include_router(fleet.router)
     app.include_router(health.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     # Metrics and request ids: one registry per app; the id outermost, so that every answer

@@ -1,4 +1,5 @@
-"""API settings, from ``CONDUIT_API_*``, ``DATABASE_URL`` and ``REDIS_URL``."""
+"""API settings, from ``CONDUIT_API_*``, ``DATABASE_URL``, ``REDIS_URL`` and
+``CONDUIT_RUNNER_TOKEN``."""
 
 from __future__ import annotations
 
@@ -23,6 +24,13 @@ class ApiSettings(BaseSettings):
     database_read_url: str | None = Field(
         None,
         validation_alias=AliasChoices("CONDUIT_DATABASE_READ_URL", "CONDUIT_API_DATABASE_READ_URL"),
+    )
+    #: The runners' shared secret (their ``CONDUIT_RUNNER_TOKEN``), sent when the api calls a
+    #: runner itself; the fleet registry never holds it.
+    runner_token: str | None = Field(
+        None,
+        repr=False,
+        validation_alias=AliasChoices("CONDUIT_RUNNER_TOKEN", "CONDUIT_API_RUNNER_TOKEN"),
     )
     #: Absolute base of the URLs the API hands out (``urls.get``, pagination cursors). Derived
     #: from each request's Host when unset; set it behind a proxy.

@@ -1,4 +1,5 @@
-"""``conduit admin``: accounts, models (read from a runner), deployments, who may use them.
+"""``conduit admin``: accounts, models (read from a runner), deployments, who may use them,
+and the fleet of runners.
 
 Models and deployments belong to the account their owner names; creating one for an owner
 that has no account creates that account (without a token: ``create-account`` reuses it by
@@ -9,13 +10,17 @@ made public; ``grant`` lets other accounts use a private one.
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Iterable
 from typing import Any
 
 import httpx
+from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from runners.protocol import bearer
 from tracker import catalog
+from tracker.fleet import FleetEntry, read_fleet
 from tracker.priority import Priority
 
 
@@ -56,9 +61,52 @@ def read_runner_schema(
     return schema, cog_version
 
 
-async def create_account(engine: AsyncEngine, name: str) -> str:
-    _, token = await catalog.create_account(engine, name)
+async def create_account(engine: AsyncEngine, name: str, admin: bool | None = None) -> str:
+    """A new token for account ``name`` (created if missing); ``admin=True`` makes it an
+    admin, None leaves an existing account's flag as it was."""
+    _, token = await catalog.create_account(engine, name, admin)
     return token
+
+
+async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> str:
+    """Whether ``account`` is an admin: it may read the fleet (``GET /v1/fleet``)."""
+    try:
+        await catalog.set_admin(engine, account, admin)
+    except LookupError as error:
+        raise SystemExit(str(error)) from error
+    return f"account {account} is {'an admin' if admin else 'not an admin'}"
+
+
+FLEET_COLUMNS = ("ID", "DEPLOYMENT", "URL", "STATE", "CONCURRENCY", "HARDWARE", "HEARTBEAT")
+
+
+def format_fleet(entries: Iterable[FleetEntry], now: float) -> str:
+    """The fleet as a table, one runner a line, by deployment then URL; heartbeat age in
+    seconds."""
+    rows = [FLEET_COLUMNS]
+    for entry in sorted(entries, key=lambda e: (e.deployment, e.url)):
+        rows.append(
+            (
+                entry.id,
+                entry.deployment,
+                entry.url,
+                entry.state.value,
+                str(entry.concurrency),
+                entry.hardware,
+                f"{entry.age(now):.1f}s ago",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(FLEET_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+async def fleet(redis: Redis) -> str:
+    """``conduit admin fleet``: every runner the fleet registry knows, now."""
+    entries = await read_fleet(redis)
+    if not entries:
+        return "no runners in the fleet"
+    return format_fleet(entries.values(), time.time())
 
 
 async def create_model(

@@ -116,6 +116,8 @@ def cmd_director(args: argparse.Namespace) -> None:
         overrides["runner_url"] = args.runner_url
     if args.concurrency:
         overrides["concurrency"] = args.concurrency
+    if args.runner_public_url:
+        overrides["runner_public_url"] = args.runner_public_url
     settings = DirectorSettings(**overrides)
     run_async(serve(settings))
 
@@ -123,7 +125,29 @@ def cmd_director(args: argparse.Namespace) -> None:
 def cmd_create_account(args: argparse.Namespace) -> None:
     from conduit import admin
 
-    print(_with_engine(lambda engine: admin.create_account(engine, args.name)))
+    made_admin = True if args.admin else None
+    print(_with_engine(lambda engine: admin.create_account(engine, args.name, made_admin)))
+
+
+def cmd_set_admin(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    print(_with_engine(lambda engine: admin.set_admin(engine, args.account, not args.withdraw)))
+
+
+def cmd_fleet(args: argparse.Namespace) -> None:
+    from api.settings import ApiSettings
+    from conduit import admin
+    from tracker.redis_connect import connect
+
+    async def main() -> str:
+        redis = connect(ApiSettings().redis_url)
+        try:
+            return await admin.fleet(redis)
+        finally:
+            await redis.aclose()
+
+    print(run_async(main()))
 
 
 def cmd_create_model(args: argparse.Namespace) -> None:
@@ -279,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
     director.add_argument("--deployment", required=True, metavar="OWNER/NAME")
     director.add_argument("--runner-url")
     director.add_argument("--concurrency", type=int)
+    director.add_argument(
+        "--runner-public-url",
+        help="the runner's URL as api replicas reach it, for the fleet (default: --runner-url)",
+    )
     director.set_defaults(func=cmd_director)
 
     admin = sub.add_parser(
@@ -287,7 +315,20 @@ def build_parser() -> argparse.ArgumentParser:
     admin_sub = admin.add_subparsers(dest="admin_command", required=True)
     account = admin_sub.add_parser("create-account", help="create an account; prints a token")
     account.add_argument("name")
+    account.add_argument(
+        "--admin", action="store_true", help="make it an admin (it may read GET /v1/fleet)"
+    )
     account.set_defaults(func=cmd_create_account)
+    set_admin = admin_sub.add_parser(
+        "set-admin", help="make an account an admin (it may read GET /v1/fleet)"
+    )
+    set_admin.add_argument("account", metavar="ACCOUNT")
+    set_admin.add_argument("--withdraw", action="store_true", help="make it an admin no more")
+    set_admin.set_defaults(func=cmd_set_admin)
+    fleet = admin_sub.add_parser(
+        "fleet", help="list the runners of the fleet (REDIS_URL), with state and heartbeat age"
+    )
+    fleet.set_defaults(func=cmd_fleet)
     model = admin_sub.add_parser("create-model", help="register a model version from a runner")
     model.add_argument("name", metavar="OWNER/NAME")
     model.add_argument("--runner-url", required=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import signal
@@ -14,6 +15,7 @@ import orjson
 from director.attempts import Attempts
 from director.deployment import load_deployment
 from director.director import Director
+from director.fleet_member import FleetMember, Served
 from director.outbound import Outbound
 from director.probes import Probes
 from director.queue import Queue
@@ -26,6 +28,7 @@ from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.fleet import FleetRegistry
 from tracker.render import sign_stream_urls
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
@@ -38,6 +41,24 @@ def director_id(settings: DirectorSettings) -> str:
         return settings.id
     digest = hashlib.sha256(f"{settings.deployment}|{settings.runner_url}".encode()).hexdigest()
     return f"{socket.gethostname()}-{digest[:10]}"
+
+
+def _fleet_member(settings: DirectorSettings, director: Director, version_id: str) -> FleetMember:
+    """Keeps the runner's fleet entry written while the director runs."""
+    served = Served(
+        url=(settings.runner_public_url or settings.runner_url).rstrip("/"),
+        deployment=director.deployment.name,
+        version_id=version_id,
+        director=director.consumer,
+        concurrency=settings.concurrency,
+    )
+    return FleetMember(
+        FleetRegistry(director.redis, settings.fleet_ttl_seconds),
+        director.monitor,
+        served,
+        director.stopping,
+        settings.fleet_heartbeat_interval,
+    )
 
 
 def _json(value: object) -> str:
@@ -100,7 +121,15 @@ async def serve(settings: DirectorSettings) -> None:
             settings.runner_url,
             receiver.public_url,
         )
-        await director.run()
+        member = _fleet_member(settings, director, deployment.version_id)
+        beats = asyncio.create_task(member.run(), name="fleet-heartbeat")
+        try:
+            await director.run()
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+            await member.leave()
     finally:
         await dispatcher.stop()
         await webhook_session.close()

@@ -130,6 +130,8 @@ class Capabilities:
     kind: str = "cog"
     id: str | None = None
     hardware: str = UNKNOWN_HARDWARE
+    #: Predictions it runs at once (Conduit's ``queue.slots``); None when it does not say.
+    concurrency: int | None = None
 
     @classmethod
     def from_json(cls, body: Any) -> Capabilities:
@@ -138,7 +140,17 @@ class Capabilities:
             document = CapabilitiesDocument.model_validate(body)
         except pydantic.ValidationError:
             return cls()
-        return cls(document.runner_type or "conduit", document.runner_id, _hardware(document))
+        return cls(
+            document.runner_type or "conduit",
+            document.runner_id,
+            _hardware(document),
+            _slots(document),
+        )
+
+
+def _slots(document: CapabilitiesDocument) -> int | None:
+    slots = (document.queue.model_extra or {}).get("slots")
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
 
 
 def _hardware(document: CapabilitiesDocument) -> str:

@@ -4,8 +4,9 @@ a restart). Either bumps ``generation``; an execution that began under an older 
 knows its prediction is gone and leaves the entry to the queue's retry.
 
 It also reads what the runner says about itself (``GET /v1/capabilities``: its hardware, for
-usage records) when it first answers and again whenever it comes back or restarts; a stock Cog
-server has no such route and counts as unknown hardware.
+usage records, and its slots, for the fleet registry) when it first answers and again whenever
+it comes back or restarts; a stock Cog server has no such route and counts as unknown hardware
+(its slots are the director's ``--concurrency``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,17 @@ import logging
 
 from director.runner_client import STOCK_COG, Capabilities, RunnerClient
 from runners.protocol import HealthStatus
+from tracker.fleet import RunnerState
 
 log = logging.getLogger(__name__)
+
+#: The fleet state of each ``/health-check`` status (a runner not yet heard from is loading).
+_FLEET_STATES = {
+    HealthStatus.READY: RunnerState.READY,
+    HealthStatus.BUSY: RunnerState.READY,
+    HealthStatus.STARTING: RunnerState.LOADING,
+    HealthStatus.UNKNOWN: RunnerState.LOADING,
+}
 
 
 class RunnerMonitor:
@@ -36,6 +46,14 @@ class RunnerMonitor:
     @property
     def hardware(self) -> str:
         return self.capabilities.hardware
+
+    @property
+    def state(self) -> RunnerState:
+        """The runner's state as the fleet registry says it: unhealthy once gone, or when its
+        setup failed or it is defunct; loading until it answers ready."""
+        if self._gone:
+            return RunnerState.UNHEALTHY
+        return _FLEET_STATES.get(self.status, RunnerState.UNHEALTHY)
 
     @property
     def gone(self) -> bool:

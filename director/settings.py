@@ -35,6 +35,8 @@ class DirectorSettings(BaseSettings):
         repr=False,
         validation_alias=AliasChoices("CONDUIT_RUNNER_TOKEN", "CONDUIT_DIRECTOR_RUNNER_TOKEN"),
     )
+    #: How api replicas reach the runner, when not by ``runner_url`` (its fleet entry's URL).
+    runner_public_url: str | None = None
     concurrency: int = Field(1, ge=1)
     #: Stable across restarts of the same sidecar, so a restarted director re-reads its own
     #: unacknowledged entries. Defaults to host name + a hash of deployment and runner URL.
@@ -96,6 +98,15 @@ class DirectorSettings(BaseSettings):
     #: Seconds the main loop may go without a turn before ``/livez`` fails. It turns at least
     #: every ``block_ms``, and every 5 s while Redis is away (its back-off's cap).
     loop_stall_after: float = Field(60.0, gt=0)
+
+    #: Seconds between writes of the runner's fleet entry (``tracker.fleet``).
+    fleet_heartbeat_interval: float = Field(2.0, gt=0)
+    #: Seconds the entry outlives the last of them (default: three intervals).
+    fleet_ttl: float | None = Field(None, gt=0)
+
+    @property
+    def fleet_ttl_seconds(self) -> float:
+        return self.fleet_ttl or 3 * self.fleet_heartbeat_interval
 
     @property
     def heartbeat_every(self) -> float:

@@ -38,6 +38,8 @@ class AccountInfo:
     webhook_secret: str
     #: ``X-Priority: high`` from it is honoured (else it gets the default).
     may_use_high_priority: bool = False
+    #: An operator's account (``GET /v1/fleet``).
+    is_admin: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +124,7 @@ _ACCOUNT = (
     Account.active,
     Account.webhook_secret,
     Account.may_use_high_priority,
+    Account.is_admin,
 )
 
 
@@ -315,14 +318,22 @@ async def get_account(engine: AsyncEngine, name: str) -> AccountInfo | None:
     return AccountInfo(*row) if row is not None else None
 
 
-async def create_account(engine: AsyncEngine, name: str) -> tuple[AccountInfo, str]:
-    """Create an account (or reuse one of that name) and a new token; returns the token once."""
+async def create_account(
+    engine: AsyncEngine, name: str, admin: bool | None = None
+) -> tuple[AccountInfo, str]:
+    """Create an account (or reuse one of that name) and a new token; returns the token once.
+    ``admin``: make it an admin (True) or not (False); None leaves a reused account as it was
+    (a new one is not)."""
     token = new_api_token()
+    values: dict[str, Any] = {"name": name, "webhook_secret": new_webhook_secret()}
+    updated: dict[str, Any] = {"name": name}
+    if admin is not None:
+        values["is_admin"] = updated["is_admin"] = admin
     async with engine.begin() as conn:
         statement = (
             pg_insert(Account)
-            .values(name=name, webhook_secret=new_webhook_secret())
-            .on_conflict_do_update(index_elements=[Account.name], set_={"name": name})
+            .values(values)
+            .on_conflict_do_update(index_elements=[Account.name], set_=updated)
             .returning(*_ACCOUNT)
         )
         account = AccountInfo(*(await conn.execute(statement)).one())
@@ -515,3 +526,10 @@ async def entitle_deployment_priority(
         await conn.execute(
             update(Deployment).where(Deployment.id == id).values(allow_high_priority=allowed)
         )
+
+
+async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> None:
+    """Whether ``account`` is an admin (may read the fleet)."""
+    async with engine.begin() as conn:
+        account_id = await _account_id(conn, account)
+        await conn.execute(update(Account).where(Account.id == account_id).values(is_admin=admin))

@@ -67,7 +67,7 @@ class FleetEntry:
     heartbeat_at: float
     #: The director driving the runner.
     director: str
-    #: ``cog`` (stock Cog) or the runner's own type (``conduit``).
+    #: ``cog`` (stock Cog) or the runner's own ``runnerType`` (``conduit-echo``).
     kind: str = "cog"
     #: The id the runner gives itself, when it gives one.
     runner_id: str | None = None

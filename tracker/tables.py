@@ -51,6 +51,8 @@ class Account(Base):
     webhook_secret: Mapped[str] = mapped_column(String(200))
     #: ``X-Priority: high`` from this account is honoured; otherwise it gets the default.
     may_use_high_priority: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    #: An operator's account: it may read the fleet (``GET /v1/fleet``).
+    is_admin: Mapped[bool] = mapped_column(Boolean, server_default="false")
     created_at: Mapped[datetime] = _now()
 
 

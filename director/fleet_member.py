@@ -1,0 +1,108 @@
+"""The director's part in the fleet registry (``tracker.fleet``): it keeps its runner's entry
+written while it runs, so every runner it drives is known, stock Cog servers included.
+
+The entry says what the runner monitor knows (state, hardware, advertised slots) and what the
+director serves; it turns ``draining`` once the director is stopping, and is deleted when the
+director is done. A director that dies leaves an entry that expires a few heartbeats later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from director.runner_monitor import RunnerMonitor
+from tracker.fleet import FleetEntry, FleetRegistry, RunnerState, runner_entry_id
+from tracker.retry import TRANSIENT
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What the director serves through its runner, fixed for its lifetime."""
+
+    #: The runner's URL as api replicas reach it.
+    url: str
+    deployment: str
+    version_id: str
+    director: str
+    #: Slots to advertise when the runner does not say (a stock Cog server's, whose
+    #: ``concurrency.max`` the director's own ``--concurrency`` mirrors).
+    concurrency: int
+
+    @property
+    def entry_id(self) -> str:
+        return runner_entry_id(self.url)
+
+
+class FleetMember:
+    def __init__(
+        self,
+        registry: FleetRegistry,
+        monitor: RunnerMonitor,
+        served: Served,
+        stopping: asyncio.Event,
+        interval: float,
+    ) -> None:
+        self.registry = registry
+        self.monitor = monitor
+        self.served = served
+        self.stopping = stopping
+        self.interval = interval
+        self._registered = False
+
+    def entry(self, now: float | None = None) -> FleetEntry:
+        """The runner's entry as things stand."""
+        capabilities = self.monitor.capabilities
+        state = RunnerState.DRAINING if self.stopping.is_set() else self.monitor.state
+        served = self.served
+        return FleetEntry(
+            id=served.entry_id,
+            url=served.url,
+            deployment=served.deployment,
+            version_id=served.version_id,
+            concurrency=capabilities.concurrency or served.concurrency,
+            state=state,
+            hardware=capabilities.hardware,
+            heartbeat_at=time.time() if now is None else now,
+            director=served.director,
+            kind=capabilities.kind,
+            runner_id=capabilities.id,
+        )
+
+    async def beat(self) -> None:
+        entry = self.entry()
+        if self._registered:
+            await self.registry.heartbeat(entry)
+        else:
+            await self.registry.register(entry)
+            self._registered = True
+
+    async def run(self) -> None:
+        """Write the entry every ``interval``, and at once when the director starts stopping
+        (so it reads ``draining`` while in-flight predictions finish); until cancelled."""
+        draining = False
+        while True:
+            try:
+                await self.beat()
+            except TRANSIENT as error:
+                log.debug("fleet heartbeat skipped: %r", error)
+            except Exception:  # an entry that stops being written drops the runner
+                log.exception("fleet heartbeat failed; trying again in %gs", self.interval)
+            if draining:
+                await asyncio.sleep(self.interval)
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), self.interval)
+            draining = self.stopping.is_set()
+
+    async def leave(self) -> None:
+        """Delete the entry (the director is done); an outage leaves it to expire."""
+        try:
+            await self.registry.deregister(self.served.entry_id)
+        except TRANSIENT as error:
+            log.warning("fleet entry left to expire: %r", error)
