@@ -23,7 +23,6 @@ pytestmark = pytest.mark.e2e
 #: Slots the runner advertises; its director sends fewer at once, so the entry's concurrency
 #: can only have come from the runner's capabilities.
 RUNNER_SLOTS = 3
-FAST_FLEET = {"fleet_heartbeat_interval": "0.2", "fleet_ttl": "1"}
 
 
 def _admin_cli(database_url: str, redis_url: str, *args: str) -> str:
@@ -66,7 +65,14 @@ def _entry(stack: Stack, token: str, entry_id: str) -> dict[str, Any] | None:
 
 def _director(launcher: Launcher, runner: tuple[str, str], public_url: str) -> Proc:
     url, name = runner
-    return launcher.director(name, url, concurrency=1, runner_public_url=public_url, **FAST_FLEET)
+    return launcher.director(
+        name,
+        url,
+        concurrency=1,
+        runner_public_url=public_url,
+        fleet_heartbeat_interval="0.2",
+        fleet_ttl="1",
+    )
 
 
 def test_the_director_registers_its_runner_with_the_advertised_concurrency(
