@@ -11,7 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
+from jsonschema import Draft202012Validator
 
+from api.app import create_app
+from api.settings import ApiSettings
 from tests.conftest import Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, Proc, base_env
@@ -63,6 +66,14 @@ def _entry(stack: Stack, token: str, entry_id: str) -> dict[str, Any] | None:
     return next((r for r in response.json()["runners"] if r["id"] == entry_id), None)
 
 
+def _documented(body: Any) -> None:
+    """The body matches ``GET /v1/fleet``'s schema in the OpenAPI document (schemathesis sees
+    only the 404 of a non-admin account)."""
+    doc = create_app(ApiSettings()).openapi()
+    schema = {"$ref": "#/components/schemas/Fleet", "components": doc["components"]}
+    Draft202012Validator(schema).validate(body)
+
+
 def _director(launcher: Launcher, runner: tuple[str, str], public_url: str) -> Proc:
     url, name = runner
     return launcher.director(
@@ -101,6 +112,7 @@ def test_the_director_registers_its_runner_with_the_advertised_concurrency(
         assert len(entry["version_id"]) == 64
         assert entry["director"]
         assert 0 <= entry["heartbeat_age"]
+        _documented(_fleet(stack, admin_token).json())
 
         table = _admin_cli(database_url, redis_url, "fleet")
         line = next(line for line in table.splitlines() if line.startswith(entry_id))
