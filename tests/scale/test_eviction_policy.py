@@ -39,7 +39,10 @@ async def test_only_noeviction_passes(tmp_path: Path) -> None:
 
 
 def _exits_saying(proc: Proc, why: str) -> None:
-    wait_for(lambda: not proc.alive, f"{proc.name} to give up", timeout=30)
+    try:
+        wait_for(lambda: not proc.alive, f"{proc.name} to give up", timeout=30)
+    except AssertionError as error:
+        raise AssertionError(f"{error}; its log:\n{proc.log()[-3000:]}") from None
     assert proc.popen is not None and proc.popen.returncode != 0
     assert why in proc.log(), proc.log()[-2000:]
 
