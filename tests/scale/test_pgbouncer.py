@@ -29,7 +29,6 @@ from tests.fixtures.processes import Launcher, base_env
 from tracker.db import make_engine
 
 ECHO = "conduit/echo"
-PATH = f"/v1/deployments/{ECHO}/predictions"
 NO_PREPARE = {"CONDUIT_DATABASE_PREPARED_STATEMENTS": "false"}
 
 
@@ -97,8 +96,12 @@ def test_predictions_run_end_to_end_through_pgbouncer(
         _, api_url = launcher.api()
         _, runner_url = launcher.runner("echo", concurrency=4)
         admin.create_model(ECHO, runner_url)
-        admin.create_deployment(ECHO, ECHO, visibility="public")
-        director = launcher.director(ECHO, runner_url, concurrency=4)
+        # A deployment of its own: the session's stack shares this Redis, and its director
+        # would read (and drop, not finding the rows) entries queued for a shared name.
+        deployment = f"conduit/pgbouncer-{uuid.uuid4().hex[:8]}"
+        admin.create_deployment(deployment, ECHO, visibility="public")
+        director = launcher.director(deployment, runner_url, concurrency=4)
+        path = f"/v1/deployments/{deployment}/predictions"
         token = admin.create_account(f"acct-{uuid.uuid4().hex[:10]}")
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=api_url, headers=headers, timeout=30) as client:
@@ -106,7 +109,7 @@ def test_predictions_run_end_to_end_through_pgbouncer(
             # each pooled connection, in several rounds that interleave api and director.
             for round in range(4):
                 ids = [
-                    create(client, PATH, input={"prompt": f"r{round}", "n": 2})["id"]
+                    create(client, path, input={"prompt": f"r{round}", "n": 2})["id"]
                     for _ in range(6)
                 ]
                 for prediction_id in ids:

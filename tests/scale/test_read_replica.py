@@ -27,7 +27,6 @@ from tests.fixtures.api import create, wait_status
 from tests.fixtures.processes import Launcher, base_env
 
 ECHO = "conduit/echo"
-PATH = f"/v1/deployments/{ECHO}/predictions"
 MARK = "from the replica: "
 REPLICA_OPTIONS = "-c search_path=replica,public -c default_transaction_read_only=on"
 
@@ -93,12 +92,16 @@ def test_the_api_reads_predictions_and_usage_from_the_replica(
         _, api_url = launcher.api()
         _, runner_url = launcher.runner("echo", concurrency=2)
         admin.create_model(ECHO, runner_url)
-        admin.create_deployment(ECHO, ECHO, visibility="public")
-        launcher.director(ECHO, runner_url, concurrency=2)
+        # A deployment of its own: the session's stack shares this Redis, and its director
+        # would read (and drop, not finding the rows) entries queued for a shared name.
+        deployment = f"conduit/replica-{uuid.uuid4().hex[:8]}"
+        admin.create_deployment(deployment, ECHO, visibility="public")
+        launcher.director(deployment, runner_url, concurrency=2)
+        path = f"/v1/deployments/{deployment}/predictions"
         token = admin.create_account(f"acct-{uuid.uuid4().hex[:10]}")
         headers = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=api_url, headers=headers, timeout=30) as client:
-            created = [create(client, PATH, input={"prompt": f"p{i}"}) for i in range(3)]
+            created = [create(client, path, input={"prompt": f"p{i}"}) for i in range(3)]
             for prediction in created:  # answered by the create, from the primary
                 assert not (prediction["logs"] or "").startswith(MARK)
                 done = wait_status(client, prediction["id"])
