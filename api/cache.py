@@ -109,6 +109,17 @@ class Catalog:
         owner, _, name = found[0].model.partition("/")
         return found if await self.model(account, owner, name) is not None else None
 
+    async def version_of(
+        self, model: catalog.ModelInfo, version_id: str
+    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
+        """A version of ``model``, which the caller has already found visible (a model page
+        read from the database): checking again against cached grants could disagree with
+        that read for up to a TTL and refuse a model the same answer lists."""
+        found = await self._version(version_id)
+        if found is None or found[0].model != f"{model.owner}/{model.name}":
+            return None
+        return found
+
     async def deployment(
         self, account: catalog.AccountInfo, owner: str, name: str
     ) -> catalog.DeploymentInfo | None:

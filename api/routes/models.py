@@ -89,12 +89,11 @@ async def _version(
     return found[0]
 
 
-async def _latest(
-    resources: Resources, account: AccountInfo, model: ModelInfo
-) -> VersionInfo | None:
+async def _latest(resources: Resources, model: ModelInfo) -> VersionInfo | None:
     if model.latest_version_id is None:
         return None
-    return await _version(resources, account, model, model.latest_version_id)
+    found = await resources.catalog.version_of(model, model.latest_version_id)
+    return found[0] if found is not None else None
 
 
 def _position(key: PageKey) -> catalog.Position:
@@ -131,9 +130,7 @@ async def list_models(
     page, next_url, previous_url = serving.keyset_page(
         models, after, before, limit, f"{base}/v1/models?cursor=", _key
     )
-    results = [
-        render_model(model, await _latest(resources, account, model), base) for model in page
-    ]
+    results = [render_model(model, await _latest(resources, model), base) for model in page]
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
 
 
@@ -142,7 +139,7 @@ async def get_model(
     request: Request, owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
     model = await _model(resources, account, owner, name)
-    latest = await _latest(resources, account, model)
+    latest = await _latest(resources, model)
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
 
 

@@ -246,3 +246,27 @@ def test_visibility_can_change_both_ways(world: World, admin: Admin) -> None:
         finally:
             admin.set_visibility("deployment", world.deployment, "private")
         wait_for(lambda: other.get(deployment).status_code == 404, "made private again", 10)
+
+
+def test_a_model_list_right_after_a_grant_answers_with_what_it_read(
+    world: World, launcher: Launcher, admin: Admin
+) -> None:
+    """The list reads visibility from the database; the model it finds must not then be
+    refused by grants cached before the grant (a whole page answered 404)."""
+    api, api_url = launcher.api(env={"CONDUIT_API_CACHE_TTL": "600"})
+    headers = {"Authorization": f"Bearer {world.tokens[world.other]}"}
+    try:
+        with httpx.Client(base_url=api_url, headers=headers, timeout=30) as other:
+            assert_problem(other.get(f"/v1/models/{world.model}"), 404)  # cached: not visible
+            admin.grant(world.other, "model", world.model)
+            try:
+                listed = other.get("/v1/models")
+                assert listed.status_code == 200, listed.text
+                names = [f"{m['owner']}/{m['name']}" for m in listed.json()["results"]]
+                assert world.model in names
+                [model] = [m for m in listed.json()["results"] if m["name"] == "secret"]
+                assert model["latest_version"]["id"] == world.version
+            finally:
+                admin.revoke(world.other, "model", world.model)
+    finally:
+        api.stop()
