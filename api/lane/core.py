@@ -74,6 +74,8 @@ class LaneCounters:
     permits_used: int
     permits_full: int
     rejections_total: dict[RejectReason, int]
+    retrying: int
+    """Retries in flight (what the retry budget bounds)."""
     retries_total: int
     retry_budget_exhausted_total: int
 
@@ -404,6 +406,7 @@ class LaneCore:
             permits_used=used,
             permits_full=full,
             rejections_total=dict(deployment.rejections),
+            retrying=deployment.budget.retrying,
             retries_total=deployment.retries,
             retry_budget_exhausted_total=deployment.budget_exhausted,
         )
