@@ -13,7 +13,6 @@ all S in rotating order.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -271,7 +270,7 @@ class Queue:
         await self.redis.publish(keys.CANCEL_CHANNEL, prediction_id)
 
     async def close(self) -> None:
-        """Let acks and appends under way finish; end blocking reads still waiting."""
+        """Let acks, appends and blocking reads under way finish."""
         if self._waits is not None:
             await self._waits.close()
         await self._acks.close()
@@ -320,12 +319,11 @@ class _SlotWaits:
         return entries
 
     async def close(self) -> None:
-        for task in self._reads.values():
-            task.cancel()
-        for task in self._reads.values():
-            with contextlib.suppress(BaseException):
-                await task
+        """Let the reads in flight end (each within its block): a read cancelled midway leaves
+        its connection half-used. Entries they bring stay pending for this consumer."""
+        reads = list(self._reads.values())
         self._reads.clear()
+        await asyncio.gather(*reads, return_exceptions=True)
 
 
 def _text(value: bytes | str) -> str:

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl, unquote
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import URL_QUERY_ARGUMENT_PARSERS
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelConnectionPool
 from redis.backoff import ExponentialBackoff
@@ -65,7 +66,8 @@ class RedisUrl:
     username: str | None = None
     password: str | None = None
     sentinel_password: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
+    #: Query parameters, typed as redis-py types them in its own URLs.
+    options: dict[str, Any] = field(default_factory=dict)
 
     def server_kwargs(self) -> dict[str, Any]:
         """Connection arguments for the Redis servers themselves."""
@@ -102,7 +104,7 @@ def parse_url(url: str) -> RedisUrl:
     hosts = tuple(_host_port(item, url) for item in hostlist.split(",") if item)
     if not hosts:
         raise InvalidRedisUrl(f"REDIS_URL names no host: {url!r}")
-    options = dict(parse_qsl(query))
+    options = _options(query, url)
     sentinel_password = options.pop("sentinel_password", None)
     parts = [unquote(p) for p in path.split("/") if p]
     service, db = "", 0
@@ -117,6 +119,18 @@ def parse_url(url: str) -> RedisUrl:
         if len(parts) > 1 or _db(parts[0], url) != 0:
             raise InvalidRedisUrl(f"REDIS_URL: a Redis Cluster has database 0 only, got {url!r}")
     return RedisUrl(kind, hosts, tls, service, db, username, password, sentinel_password, options)
+
+
+def _options(query: str, url: str) -> dict[str, Any]:
+    """Query parameters typed as redis-py types them in its own URLs."""
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query):
+        parser = URL_QUERY_ARGUMENT_PARSERS.get(name)
+        try:
+            options[name] = parser(value) if parser else value
+        except (TypeError, ValueError):
+            raise InvalidRedisUrl(f"REDIS_URL: invalid value for {name!r} in {url!r}") from None
+    return options
 
 
 def _host_port(item: str, url: str) -> tuple[str, int]:
@@ -273,6 +287,9 @@ def _cluster(parsed: RedisUrl, max_connections: int | None, client_name: str | N
     kwargs = parsed.server_kwargs()
     if max_connections is not None:
         kwargs["max_connections"] = max_connections
+    # No read timeout, as on a single Redis (redis-py's cluster default is 5 s): a blocking
+    # read waits its whole block, and a read cut short is retried by the client.
+    kwargs.setdefault("socket_timeout", None)
     cluster = _Cluster(
         startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
         client_name=client_name,

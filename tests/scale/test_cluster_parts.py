@@ -42,7 +42,11 @@ async def test_a_blocking_read_across_slots_ends_with_the_first_and_keeps_the_ot
         await queue.enqueue([deployment], "from-deployment")
         second = await asyncio.wait_for(queue.read([deployment, version], "c1", 1, 10_000), 10)
         assert [(e.stream, e.prediction_id) for e in second] == [(deployment, "from-deployment")]
-        for entry in first + second:
+        # And the version's read, issued again by that call, is the one that ends next.
+        await queue.enqueue([version], "again")
+        third = await asyncio.wait_for(queue.read([deployment, version], "c1", 1, 200), 10)
+        assert [(e.stream, e.prediction_id) for e in third] == [(version, "again")]
+        for entry in first + second + third:
             await queue.ack(entry.stream, entry.id)
         stats = await queue.stats([deployment, version])
         assert [(s.length, s.pending) for s in stats] == [(0, 0), (0, 0)]

@@ -26,6 +26,8 @@ def test_tls_forms_and_cluster_startup_nodes() -> None:
     assert cluster.hosts == (("a", 7000), ("b", 7001))
     assert cluster.server_kwargs() == {"username": "user", "password": "pw", "ssl": True}
     assert parse_url("redis+cluster://a:7000/0").db == 0
+    typed = parse_url("redis+cluster://a:7000?socket_timeout=2.5&health_check_interval=10")
+    assert typed.options == {"socket_timeout": 2.5, "health_check_interval": 10}
 
 
 def test_plain_urls_stay_redis_pys() -> None:
@@ -44,6 +46,7 @@ def test_plain_urls_stay_redis_pys() -> None:
         ("redis+cluster://h", "host:port"),
         ("redis+cluster:///", "no host"),
         ("redis://h:1", "expected redis+sentinel"),
+        ("redis+cluster://h:1?socket_timeout=soon", "invalid value for 'socket_timeout'"),
     ],
 )
 def test_mistakes_are_refused_with_what_was_expected(url: str, says: str) -> None:
