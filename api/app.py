@@ -23,11 +23,12 @@ from api.auth import Authenticator
 from api.cache import Catalog
 from api.deps import Resources
 from api.event_hub import EventHub
+from api.lane.service import Lane
 from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
 from api.request_ids import RequestIds
-from api.routes import fleet, health, models, predictions, streams, usage, webhooks
+from api.routes import fleet, health, models, predictions, run, streams, usage, webhooks
 from api.settings import ApiSettings
 from director.queue import Queue
 from director.queue import connect as connect_redis
@@ -122,7 +123,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
             dispatcher=dispatcher,
             new_predictions=Batcher(functools.partial(insert_predictions, engine)),
             replica=replica,
+            lane=Lane(redis, engine, settings, on_wait=app.state.metrics.lane_wait.observe),
         )
+        await app.state.resources.lane.start()
         dispatcher.start()
         hub.start()
         metrics_server = None
@@ -138,6 +141,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             if metrics_server is not None:
                 await metrics_server.stop()
             await hub.close()
+            await app.state.resources.lane.stop()
             await app.state.resources.new_predictions.close()
             await app.state.resources.queue.close()
             await dispatcher.stop()
@@ -153,6 +157,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     openapi.install(app)
     app.include_router(predictions.router)
     app.include_router(models.router)
+    app.include_router(run.router)
     app.include_router(streams.router)
     app.include_router(webhooks.router)
     app.include_router(usage.router)

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.auth import Authenticator
 from api.cache import Catalog
 from api.event_hub import EventHub
+from api.lane.service import Lane
 from api.settings import ApiSettings
 from director.queue import Queue
 from tracker.capabilities import StreamSigner
@@ -46,6 +47,8 @@ class Resources:
     new_predictions: Batcher[NewPrediction, RowMapping]
     #: The read replica's engine (``CONDUIT_DATABASE_READ_URL``), if there is one.
     replica: AsyncEngine | None = None
+    #: The synchronous lane (``/run``): permits, queue and runners of this replica.
+    lane: Lane | None = None
 
     @property
     def reads(self) -> AsyncEngine:

@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import Resources
 from api.errors import NotFound
+from api.lane.metrics import LaneCollector, LaneWait
 
 #: Latency buckets (s): the API's own answers take milliseconds; ``Prefer: wait`` up to 60 s.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -50,10 +51,13 @@ class ApiMetrics:
             buckets=BUCKETS,
             registry=self.registry,
         )
+        #: ``lane_queue_wait_seconds``, observed by the synchronous lane at each dispatch.
+        self.lane_wait = LaneWait(self.registry)
 
     def watch(self, resources: Callable[[], Resources | None]) -> None:
-        """Report the waiters and pools of the resources the app opened (none before)."""
+        """Report the waiters, pools and lane of the resources the app opened (none before)."""
         self.registry.register(ResourceCollector(resources))
+        self.registry.register(LaneCollector(lambda: getattr(resources(), "lane", None)))
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()

@@ -33,6 +33,7 @@ _PROBLEMS: dict[int, str] = {
     422: "A field of the request failed validation; errors names each one.",
     429: "Too many failed authentications from this address (code rate_limited); retry after "
     "Retry-After. A token this server has already verified is not refused.",
+    502: "The runner failed the call, on every attempt the lane allowed (code runner_failed).",
     503: "Postgres or Redis is unreachable; retry after Retry-After.",
 }
 
@@ -95,6 +96,44 @@ CREATE_HEADERS = (
         {"type": "string", "enum": [p.value for p in Priority]},
     ),
 )
+
+#: ``/run`` (the synchronous lane): what it reads besides the body.
+RUN_REQUEST_HEADERS = (
+    header_parameter(
+        "Cancel-After",
+        "A deadline, as a duration (30s, 5m; a bare number is seconds): a run still waiting "
+        "for a runner then is refused (429 out_of_capacity).",
+    ),
+    header_parameter(
+        "X-Priority",
+        "How urgent the run is: higher bands get runners first.",
+        {"type": "string", "enum": [p.value for p in Priority]},
+    ),
+)
+
+#: Headers of a ``/run`` answer.
+RUN_HEADERS: dict[str, Any] = {
+    "X-Queue-Wait-Ms": _header(
+        "Milliseconds the run waited for a runner: in the lane, plus inside the runner.",
+        {"type": "integer"},
+    ),
+    "X-Conduit-Attempts": _header(
+        "Runners called (2 when the first refused or failed).", {"type": "integer"}
+    ),
+    "X-Processing-Time": _header("Seconds this server spent on the request."),
+    "X-Remote-Processing-Time": _header("Seconds the runner spent on it, as it says."),
+    "X-GPU-Time-Ms": _header("The runner's GPU milliseconds, as it says."),
+    "X-Cache-Hit": _header("The runner's cache hit (true or false), as it says."),
+    "X-Cache-Tokens-Reused": _header("Tokens the runner's cache reused, as it says."),
+}
+
+#: ``/run``'s 429: the lane's, or the authentication budget's.
+OUT_OF_CAPACITY: dict[str, Any] = {
+    **problems(429)[429],
+    "description": "No capacity now (code out_of_capacity): the queue is full, no runner "
+    "freed up before the run's turn expired, or no runner serves the model; or too many "
+    "failed authentications from this address (code rate_limited). Retry after Retry-After.",
+}
 
 LAST_EVENT_ID = header_parameter(
     "Last-Event-ID",

@@ -90,3 +90,19 @@ class ApiSettings(BaseSettings):
     metrics_port: int | None = Field(None, ge=0, le=65535)
     #: Address of the ``metrics_port`` listener; ``0.0.0.0`` for Prometheus in another pod.
     metrics_host: str = "127.0.0.1"
+
+    # The synchronous lane (``/run``, ``api.lane``).
+    #: Requests a deployment may queue per permit of its runners (this replica's share).
+    lane_queue_factor: int = Field(10, ge=1)
+    #: Seconds a ``/run`` request may wait in the queue before it is refused (429).
+    lane_queue_ttl: float = Field(30.0, gt=0)
+    #: Seconds between reads of the fleet registry.
+    lane_fleet_interval: float = Field(1.0, gt=0)
+    #: Seconds between full re-reads of the runners by the lane, even unchanged: clears a
+    #: runner marked full after its refusal (at most 5 s is the design's bound).
+    lane_refresh: float = Field(5.0, gt=0, le=5)
+    #: Seconds between this replica's heartbeats in the lane's membership.
+    lane_member_heartbeat: float = Field(1.0, gt=0)
+    #: Seconds after its last heartbeat that a replica stops counting (its share of every
+    #: runner's permits goes to the others).
+    lane_member_ttl: float = Field(3.0, gt=0)

@@ -25,6 +25,8 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 ``fleet:{fleet}:runner:<id>``         a runner's fleet entry (JSON, expires unless its director
                                       heartbeats; ``tracker.fleet``)
 ``fleet:{fleet}:runners``             sorted set of fleet entry ids by last heartbeat (ms)
+``lane:{lane}:members``               sorted set of the api replicas serving the synchronous lane,
+                                      by last heartbeat (ms; ``api.lane.membership``)
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
@@ -238,3 +240,11 @@ FLEET_INDEX = f"{FLEET_PREFIX}runners"
 def fleet_entry_key(runner_id: str) -> str:
     """A runner's fleet entry; it expires when its heartbeats stop."""
     return f"{FLEET_PREFIX}runner:{runner_id}"
+
+
+# --- The synchronous lane (``api.lane``) ---------------------------------------------------
+# One hash tag for the lane's keys: a replica's heartbeat, prune and read are one pipeline.
+
+LANE_TAG = "lane"
+LANE_MEMBERS = f"lane:{{{LANE_TAG}}}:members"
+"""Sorted set of api replica ids scored by their last heartbeat (ms); readers prune the old."""

@@ -146,6 +146,29 @@ class LaneCore:
         self._arm(event.now, out)
         return out
 
+    def refuse_early(self, deployment: str, account: str, band: int, now: float) -> Reject | None:
+        """The ``Reject`` an ``Arrive`` now would surely get, decided from the queue alone, so
+        the shell can answer before reading a request's body; None when it might be admitted
+        (the ``Arrive`` decides). Counted as a rejection; ``request_id`` of the answer is "".
+
+        Only the sure cases: no runner listed; or a request that would queue (the queue is
+        not empty, or no permit here at all) into a queue with no room for it (its account's
+        share full, or the whole queue full of requests as urgent as it)."""
+        self._now = now
+        out: list[Effect] = []
+        state = self._deployments.get(deployment)
+        if state is None or not state.pool.listed:
+            self._reject_new(state, "", RejectReason.NO_RUNNER, out)
+            return _only_reject(out)
+        if not state.queue and state.pool.permits > 0:
+            return None
+        max_queue = self._max_queue(state)
+        full = len(state.queue) >= max_queue and state.queue.victim(below=band) is None
+        if state.queue.count(account) >= account_cap(max_queue) or full:
+            self._reject_new(state, "", RejectReason.OUT_OF_CAPACITY, out)
+            return _only_reject(out)
+        return None
+
     def snapshot(self) -> dict[str, LaneCounters]:
         """Counters per deployment known from ``RunnersChanged``, as of the last event (a
         full mark or ejection that ended since still counts as "full" until the next event).
@@ -410,3 +433,9 @@ class LaneCore:
             retries_total=deployment.retries,
             retry_budget_exhausted_total=deployment.budget_exhausted,
         )
+
+
+def _only_reject(effects: list[Effect]) -> Reject:
+    (reject,) = effects
+    assert isinstance(reject, Reject)
+    return reject
