@@ -275,6 +275,15 @@ def _add_sharing(admin_sub: Any) -> None:
     entitle.set_defaults(func=cmd_entitle_priority)
 
 
+def cmd_pool_simulate(args: argparse.Namespace) -> None:
+    from runners.pool.simulate import run
+
+    try:
+        print(run(args.trace, args.budget, args.policy, args.queue))
+    except (OSError, ValueError, KeyError) as error:
+        raise SystemExit(f"conduit pool simulate: {error}") from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="conduit", description=__doc__)
     parser.add_argument("--version", action="version", version=f"conduit {package_version()}")
@@ -397,6 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="accepted only by this runner (its runnerId in /v1/capabilities, CONDUIT_RUNNER_ID)",
     )
     op_token.set_defaults(func=cmd_op_token)
+
+    pool = sub.add_parser("pool", help="the model pool's scheduler")
+    pool_sub = pool.add_subparsers(dest="pool_command", required=True)
+    simulate = pool_sub.add_parser(
+        "simulate", help="replay a request trace on a fake clock; print loads, waits, evictions"
+    )
+    simulate.add_argument("--trace", required=True, type=Path, help="JSON lines (see README)")
+    simulate.add_argument("--budget", default="24GiB", help="memory budget, e.g. 24GiB")
+    simulate.add_argument("--policy", choices=["lru", "cost"], default="lru")
+    simulate.add_argument("--queue", choices=["warm", "fifo"], default="warm")
+    simulate.set_defaults(func=cmd_pool_simulate)
 
     dev = sub.add_parser("dev", help="the whole stack on this machine, for a first run")
     dev.add_argument("--port", type=int, default=8000)

@@ -1,0 +1,76 @@
+"""The model pool: many models on one runner host within a memory budget.
+
+:class:`PoolCore` is the sans-IO scheduler (slots, leases, eviction, warm-promotion queue);
+the host process feeds it events and carries out its effects. :mod:`runners.pool.simulate`
+replays a request trace through it on a fake clock.
+"""
+
+from runners.pool.config import (
+    DeviceMemory,
+    FixedProbe,
+    MemoryProbe,
+    ModelSpec,
+    Policy,
+    PoolConfig,
+    PoolConfigError,
+    QueueMode,
+)
+from runners.pool.core import PoolCore, SlotView
+from runners.pool.events import (
+    AdminDone,
+    AdminLoad,
+    AdminUnload,
+    ArmTimer,
+    Cancel,
+    Effect,
+    Event,
+    Grant,
+    LoadDone,
+    LoadFailed,
+    Pin,
+    Reject,
+    RejectCode,
+    Request,
+    ServeDone,
+    Start,
+    StartLoad,
+    StartUnload,
+    Tick,
+    UnloadDone,
+)
+from runners.pool.slots import IllegalTransition, SlotState
+
+__all__ = [
+    "AdminDone",
+    "AdminLoad",
+    "AdminUnload",
+    "ArmTimer",
+    "Cancel",
+    "DeviceMemory",
+    "Effect",
+    "Event",
+    "FixedProbe",
+    "Grant",
+    "IllegalTransition",
+    "LoadDone",
+    "LoadFailed",
+    "MemoryProbe",
+    "ModelSpec",
+    "Pin",
+    "Policy",
+    "PoolConfig",
+    "PoolConfigError",
+    "PoolCore",
+    "QueueMode",
+    "Reject",
+    "RejectCode",
+    "Request",
+    "ServeDone",
+    "SlotState",
+    "SlotView",
+    "Start",
+    "StartLoad",
+    "StartUnload",
+    "Tick",
+    "UnloadDone",
+]
