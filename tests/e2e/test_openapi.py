@@ -93,7 +93,7 @@ def test_operation_conforms_to_document(
     names = {p.name for p in operation.path_parameters}
     pinned = {k: v for k, v in existing["path"].items() if k in names}
     body: dict[str, Any] = {}
-    if method == "POST" and path.endswith("/predictions") and pinned:
+    if method == "POST" and path.endswith(("/predictions", "/run")) and pinned:
         body["body"] = {"input": {"prompt": "generated"}}
     strategies = [
         operation.as_strategy(generation_mode=mode)
