@@ -163,6 +163,10 @@ class PoolCore:
     def queued(self) -> int:
         return len(self._queue)
 
+    def waiting(self, request_id: str) -> bool:
+        """True while the request (or admin load) is queued, not yet granted nor ended."""
+        return request_id in self._queue
+
     def _view(self, slot: Slot) -> SlotView:
         return SlotView(
             model=slot.model,
@@ -376,6 +380,7 @@ class PoolCore:
         self._end_cooldowns(now)
         self._expire_waiters(now, out)
         self._expire_loads(now, out)
+        self._unload_drained(now, out)
         self._load_pinned(now, out)
         self._dispatch(now, out)
         self._unload_drained(now, out)
