@@ -101,10 +101,27 @@ def cmd_api(args: argparse.Namespace) -> None:
 
 
 def cmd_runner(args: argparse.Namespace) -> None:
+    if args.model == "pool":
+        cmd_runner_pool(args)
+        return
     from runners.server import serve
 
     model_args = {"model": args.weights} if args.weights else {}
     serve(args.model, args.host, args.port, args.concurrency, model_args)
+
+
+def cmd_runner_pool(args: argparse.Namespace) -> None:
+    """``conduit runner pool --config pool.yaml``: many models in one process (runners.pool)."""
+    from runners.pool.config_file import PoolFileError, load
+    from runners.pool.http import serve
+
+    if not args.config:
+        raise SystemExit("conduit runner pool: --config is required")
+    try:
+        load(args.config)
+    except PoolFileError as error:
+        raise SystemExit(f"conduit runner pool: {error}") from None
+    serve(args.config, args.host, args.port)
 
 
 def cmd_director(args: argparse.Namespace) -> None:
@@ -297,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     api.set_defaults(func=cmd_api)
 
     runner = sub.add_parser("runner", help="serve a model with Cog's HTTP protocol")
-    runner.add_argument("model", help="model name, e.g. echo")
+    runner.add_argument("model", help="model name, e.g. echo; or pool, with --config")
     runner.add_argument("--host", default="127.0.0.1")
     runner.add_argument("--port", type=int, default=int(os.environ.get("PORT", "5000")))
     runner.add_argument("--concurrency", type=int, default=1)
@@ -306,6 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="weights",
         help="what the model serves, for models that take it (vllm: a local path or model id)",
     )
+    runner.add_argument("--config", help="runner pool: the pool's YAML or TOML file")
     runner.set_defaults(func=cmd_runner)
 
     director = sub.add_parser("director", help="run predictions of one deployment on a runner")

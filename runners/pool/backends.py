@@ -1,0 +1,346 @@
+"""What serves a slot's model while it is loaded: a Cog-protocol server on a loopback port.
+
+Both kinds start a server the pool proxies to, so a slot answers exactly as a single runner
+of the same kind would:
+
+- :class:`ConduitBackend`: a Conduit model in this process, served by the very app
+  ``conduit runner <model>`` serves (:func:`runners.server.create_app`), on a port of its own
+  and behind a token of its own that only the pool knows. Observed memory is what the model
+  reports (:meth:`Model.memory_bytes`), else its declared size: a process RSS delta cannot be
+  told apart from the other slots' loads in the same process.
+- :class:`CogBackend`: a stock Cog server (``python -m cog.server.http``) as a subprocess in a
+  session of its own, health-polled until ``READY``. Observed memory is the RSS of its process
+  tree (``/proc``).
+
+The pool's core bounds a load by the model's ``load_timeout``: it cancels :meth:`start` and
+calls :meth:`stop`, which must then undo a partial start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+from aiohttp import web
+
+from conduit.services import free_port
+from runners import protocol as wire
+from runners.config import RunnerConfig
+from runners.model import Model
+from runners.models import get_model
+from runners.pool.config import DeviceMemory
+from runners.pool.config_file import BackendFile
+from runners.resources import system_memory
+from runners.server import create_app
+from runners.service import RunnerService
+from runners.state import SERVICE
+
+log = logging.getLogger(__name__)
+
+_POLL = 0.1
+"""Seconds between health polls of a starting or busy Cog server."""
+_STOP_GRACE = 10.0
+
+
+class LoadError(Exception):
+    """The backend could not start; the message says why (it becomes the slot's reason)."""
+
+
+class Backend(Protocol):
+    """A slot's server: started on a load, stopped on an unload."""
+
+    device: str
+    """``cpu`` or ``cuda``: where its memory lives (the capabilities list reports it)."""
+
+    @property
+    def url(self) -> str | None:
+        """The running server's base URL; None while it is not running."""
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        """Headers every proxied call carries (the server's own token)."""
+
+    async def start(self) -> int:
+        """Start the server and wait until it serves; the bytes it observed taking. Raises
+        :class:`LoadError`."""
+
+    async def stop(self) -> None:
+        """Stop the server and free its memory (also after a partial or failed start)."""
+
+    async def settled(self, prediction_id: str) -> None:
+        """Return once the prediction no longer runs (a ``respond-async`` one goes on after
+        its response was answered; its permit is held until then)."""
+
+    def openapi(self) -> dict[str, Any] | None:
+        """The model's OpenAPI schema when known without a load."""
+
+
+class ConduitBackend:
+    def __init__(
+        self,
+        name: str,
+        target: str,
+        args: Mapping[str, Any],
+        concurrency: int,
+        declared_bytes: int,
+        config: RunnerConfig,
+    ) -> None:
+        self.name = name
+        self._class = get_model(target)
+        self._args = dict(args)
+        self._concurrency = concurrency
+        self._declared = declared_bytes
+        self._config = config
+        self._schema = self._class(**self._args).openapi_schema()
+        self.device = "cpu"
+        self._runner: web.AppRunner | None = None
+        self._service: RunnerService | None = None
+        self._url: str | None = None
+        self._token = secrets.token_urlsafe(32)
+
+    @property
+    def url(self) -> str | None:
+        return self._url
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return wire.bearer(self._token)
+
+    @property
+    def service(self) -> RunnerService | None:
+        """The running runner service (its caches, for a flush); None while unloaded."""
+        return self._service if self._url is not None else None
+
+    def openapi(self) -> dict[str, Any] | None:
+        return self._schema
+
+    async def start(self) -> int:
+        model: Model = self._class(**self._args)
+        self.device = "cuda" if model.device.startswith("cuda") else "cpu"
+        runner_id = f"{self._config.runner_id or 'pool'}/{self.name}"
+        config = self._config.model_copy(update={"token": self._token, "runner_id": runner_id})
+        app = create_app(model, self._concurrency, config)
+        self._service = app[SERVICE]
+        self._runner = web.AppRunner(
+            app, handler_cancellation=True, handle_signals=False, access_log=None
+        )
+        await self._runner.setup()  # starts the model's setup in the background
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        if not await self._service.wait_ready():
+            logs = self._service.lifecycle.setup_result.get("logs", "").strip()
+            raise LoadError(logs.splitlines()[-1] if logs else "setup failed")
+        self._url = f"http://{host}:{port}"
+        return model.memory_bytes() or self._declared
+
+    async def stop(self) -> None:
+        self._url = None
+        service, runner = self._service, self._runner
+        self._service = self._runner = None
+        if service is not None and service.ready:
+            await service.lifecycle.unload()
+        if runner is not None:
+            await runner.cleanup()
+
+    async def settled(self, prediction_id: str) -> None:
+        service = self._service
+        prediction = None if service is None else service.get(prediction_id)
+        if prediction is not None:
+            await prediction.wait()
+
+
+class CogBackend:
+    """A stock Cog server: ``command`` (default ``python -m cog.server.http --host 127.0.0.1``
+    with this interpreter) in ``cwd``, its port in ``PORT`` and in any ``{port}`` argument."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str] | None,
+        cwd: str | None,
+        env: Mapping[str, str],
+        session: aiohttp.ClientSession,
+    ) -> None:
+        self.name = name
+        self._command = list(command or [sys.executable, "-m", "cog.server.http"])
+        if command is None:
+            self._command += ["--host", "127.0.0.1"]
+        self._cwd = cwd
+        self._env = dict(env)
+        self._session = session
+        self.device = "cpu"
+        self._proc: asyncio.subprocess.Process | None = None
+        self._url: str | None = None
+        self._schema: dict[str, Any] | None = None
+
+    @property
+    def url(self) -> str | None:
+        return self._url
+
+    @property
+    def headers(self) -> Mapping[str, str]:
+        return {}
+
+    def openapi(self) -> dict[str, Any] | None:
+        return self._schema
+
+    async def start(self) -> int:
+        port = free_port()
+        bindir = str(Path(sys.executable).parent)
+        env = {
+            **os.environ,
+            # coglet starts its worker as `python` from PATH: this interpreter's must come first
+            "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PORT": str(port),
+            **self._env,
+        }
+        args = [part.replace("{port}", str(port)) for part in self._command]
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *args, cwd=self._cwd, env=env, start_new_session=True
+            )
+        except OSError as error:
+            raise LoadError(f"cannot start {args[0]}: {error}") from error
+        url = f"http://127.0.0.1:{port}"
+        while (status := await self._health(url)) != wire.HealthStatus.READY:
+            if self._proc.returncode is not None:
+                raise LoadError(f"cog server exited with {self._proc.returncode}")
+            if status == wire.HealthStatus.SETUP_FAILED:
+                raise LoadError("cog server setup failed")
+            await asyncio.sleep(_POLL)
+        async with self._session.get(url + wire.OPENAPI_PATH) as response:
+            self._schema = await response.json(content_type=None)
+        self._url = url
+        return tree_rss(self._proc.pid)
+
+    async def _health(self, url: str) -> str | None:
+        try:
+            async with self._session.get(
+                url + wire.HEALTH_CHECK_PATH, timeout=aiohttp.ClientTimeout(total=2)
+            ) as response:
+                body = await response.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        status = body.get("status") if isinstance(body, dict) else None
+        return status if isinstance(status, str) else None
+
+    async def stop(self) -> None:
+        self._url = None
+        proc, self._proc = self._proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), _STOP_GRACE)
+        except TimeoutError:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+
+    async def settled(self, prediction_id: str) -> None:
+        """Stock Cog has no way to ask about one prediction: wait until it is no longer
+        ``BUSY`` (exact with its default concurrency of 1, conservative above)."""
+        url = self._url
+        while url is not None and await self._health(url) == wire.HealthStatus.BUSY:
+            await asyncio.sleep(_POLL)
+            url = self._url
+
+
+def build(
+    name: str,
+    spec: BackendFile,
+    concurrency: int,
+    declared_bytes: int,
+    config: RunnerConfig,
+    session: aiohttp.ClientSession,
+) -> Backend:
+    if spec.conduit is not None:
+        return ConduitBackend(name, spec.conduit, spec.args, concurrency, declared_bytes, config)
+    assert spec.cog is not None
+    return CogBackend(name, spec.cog.command, spec.cog.cwd, spec.cog.env, session)
+
+
+# --- memory -----------------------------------------------------------------------------------
+
+
+def rss(pid: int) -> int:
+    """A process's resident set in bytes (``VmRSS``); 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    with suppress(OSError):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with suppress(OSError, ValueError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+def tree_rss(pid: int) -> int:
+    """RSS of a process and all its descendants (Cog's server runs its model in a child)."""
+    total, todo, seen = 0, [pid], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        total += rss(current)
+        todo += _children(current)
+    return total
+
+
+class SystemProbe:
+    """The memory a budget is taken from when none is configured: NVML's GPUs when
+    ``nvidia-ml-py`` is installed and finds any (unless ``device`` is ``cpu``), else this
+    machine's memory as one device."""
+
+    def __init__(self, device: str = "auto") -> None:
+        self._device = device
+
+    def devices(self) -> Sequence[DeviceMemory]:
+        if self._device != "cpu" and (gpus := _nvml_devices()):
+            return gpus
+        if self._device == "gpu":
+            raise LoadError("device: gpu, but NVML finds no GPU (is nvidia-ml-py installed?)")
+        total, available = system_memory()
+        if total is None:
+            return []
+        return [DeviceMemory(0, total, available or 0)]
+
+
+def _nvml_devices() -> list[DeviceMemory]:
+    try:
+        pynvml = importlib.import_module("pynvml")  # nvidia-ml-py, optional
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        found = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
+            found.append(DeviceMemory(index, int(info.total), int(info.free)))
+        return found
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,219 @@
+"""The pool's driver: feeds :class:`PoolCore` events from the asyncio loop and carries out its
+effects.
+
+Everything runs on the loop's one thread, so the core is called synchronously from request
+handlers, backend tasks and the one timer. Effects that take time (starting or stopping a
+backend) become tasks that answer with an event when they end; ``Grant``/``Reject``/
+``AdminDone`` resolve the future their caller awaits. Events raised while effects are being
+carried out are queued and handled after, never re-entrantly.
+
+The clock is the loop's (monotonic seconds), the one every ``now`` and deadline uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import deque
+from collections.abc import Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runners.pool.backends import Backend
+from runners.pool.core import PoolCore
+from runners.pool.events import (
+    AdminDone,
+    AdminLoad,
+    AdminUnload,
+    ArmTimer,
+    Cancel,
+    Effect,
+    Event,
+    Grant,
+    LoadDone,
+    LoadFailed,
+    Reject,
+    Request,
+    ServeDone,
+    Start,
+    StartLoad,
+    StartUnload,
+    Tick,
+    UnloadDone,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What a prediction request asks of the pool beyond its model."""
+
+    deadline_in: float | None = None
+    """Seconds from now covering queue + load + run; None: no deadline."""
+    priority: int = 0
+    keep_alive: float | None = None
+
+
+class PoolHost:
+    def __init__(self, core: PoolCore, backends: Mapping[str, Backend]) -> None:
+        self.core = core
+        self.backends = dict(backends)
+        self._loop = asyncio.get_running_loop()
+        self._pending: deque[Event] = deque()
+        self._handling = False
+        self._waiters: dict[str, asyncio.Future[Grant | Reject]] = {}
+        self._admin: dict[str, asyncio.Future[AdminDone]] = {}
+        self._loads: dict[str, asyncio.Task[None]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self.load_errors: dict[str, str] = {}
+        """The last load error of each model, for the capabilities list."""
+        self.last_unload: dict[str, tuple[str, float]] = {}
+        """Why and when each model was last told to unload (``evicted:lru``, ``ttl``...): its
+        slot's last transition says only ``unloaded`` once the unload is done."""
+        self.closing = False
+
+    def now(self) -> float:
+        return self._loop.time()
+
+    def start(self) -> None:
+        self.handle(Start(self.now()))
+
+    # --- the event loop of the core -----------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """Give ``event`` to the core and carry out its effects (after the current event's,
+        when called while those are being carried out)."""
+        self._pending.append(event)
+        if self._handling:
+            return
+        self._handling = True
+        try:
+            while self._pending:
+                for effect in self.core.handle(self._pending.popleft()):
+                    self._carry_out(effect)
+        finally:
+            self._handling = False
+
+    def _carry_out(self, effect: Effect) -> None:
+        match effect:
+            case Grant() | Reject():
+                waiter = self._waiters.get(effect.request_id)
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(effect)
+                elif isinstance(effect, Grant):  # its caller left meanwhile
+                    self._pending.append(ServeDone(effect.request_id, self.now()))
+            case AdminDone():
+                admin = self._admin.get(effect.op_id)
+                if admin is not None and not admin.done():
+                    admin.set_result(effect)
+            case StartLoad():
+                task = self._spawn(self._load(effect.model))
+                self._loads[effect.model] = task
+            case StartUnload():
+                self.last_unload[effect.model] = (effect.reason, self.now())
+                self._spawn(self._unload(effect.model, effect.reason))
+            case ArmTimer():
+                if self._timer is not None:
+                    self._timer.cancel()
+                at = effect.at
+                self._timer = self._loop.call_at(at, lambda: self._tick(at))
+
+    def _tick(self, at: float) -> None:
+        self._timer = None
+        # The loop may fire a hair early; the core must see the instant it asked for.
+        self.handle(Tick(max(self.now(), at)))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _load(self, model: str) -> None:
+        backend = self.backends[model]
+        try:
+            observed = await backend.start()
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            reason = str(error) or type(error).__name__
+            log.warning("loading %s failed: %s", model, reason)
+            self.load_errors[model] = reason
+            await self._stop(model, backend)
+            self.handle(LoadFailed(model, reason, self.now()))
+            return
+        finally:
+            self._loads.pop(model, None)
+        log.info("%s loaded (%d bytes observed)", model, observed)
+        self.handle(LoadDone(model, observed, self.now()))
+
+    async def _unload(self, model: str, reason: str) -> None:
+        load = self._loads.pop(model, None)
+        if load is not None:
+            load.cancel()
+            await asyncio.gather(load, return_exceptions=True)
+        await self._stop(model, self.backends[model])
+        log.info("%s unloaded (%s)", model, reason)
+        self.handle(UnloadDone(model, self.now()))
+
+    async def _stop(self, model: str, backend: Backend) -> None:
+        try:
+            await backend.stop()
+        except Exception:
+            log.exception("stopping %s failed; its memory is counted as free", model)
+
+    # --- what the HTTP shell calls ------------------------------------------------------------
+
+    async def acquire(self, model: str, ask: Ask) -> Grant | Reject:
+        """Wait for a permit on ``model`` (its load, an eviction, the queue); a ``Grant`` must
+        be given back with :meth:`release`."""
+        request_id = uuid.uuid4().hex
+        future: asyncio.Future[Grant | Reject] = self._loop.create_future()
+        self._waiters[request_id] = future
+        now = self.now()
+        deadline = None if ask.deadline_in is None else now + ask.deadline_in
+        try:
+            self.handle(Request(request_id, model, deadline, now, ask.priority, ask.keep_alive))
+            return await future
+        except asyncio.CancelledError:
+            # A Grant that reached a caller already gone is given back by _carry_out.
+            self.handle(Cancel(request_id, self.now()))
+            raise
+        finally:
+            del self._waiters[request_id]
+
+    def release(self, grant: Grant) -> None:
+        self.handle(ServeDone(grant.request_id, self.now()))
+
+    async def admin_load(self, model: str, evict: str | None) -> AdminDone:
+        op_id = uuid.uuid4().hex
+        return await self._admin_op(op_id, AdminLoad(op_id, model, self.now(), evict))
+
+    async def admin_unload(self, model: str) -> AdminDone:
+        op_id = uuid.uuid4().hex
+        return await self._admin_op(op_id, AdminUnload(op_id, model, self.now()))
+
+    async def _admin_op(self, op_id: str, event: Event) -> AdminDone:
+        future: asyncio.Future[AdminDone] = self._loop.create_future()
+        self._admin[op_id] = future
+        try:
+            self.handle(event)
+            return await asyncio.shield(future)
+        finally:
+            del self._admin[op_id]
+
+    async def close(self) -> None:
+        """Stop every backend (the process is going away; the core is not asked)."""
+        self.closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(
+            *(self._stop(name, backend) for name, backend in self.backends.items()),
+            return_exceptions=True,
+        )
