@@ -101,8 +101,9 @@ class ConduitBackend:
         self._concurrency = concurrency
         self._declared = declared_bytes
         self._config = config
-        self._schema = self._class(**self._args).openapi_schema()
-        self.device = "cpu"
+        template = self._class(**self._args)  # cheap: the weights load in setup()
+        self._schema = template.openapi_schema()
+        self.device = "cuda" if template.device.startswith("cuda") else "cpu"
         self._runner: web.AppRunner | None = None
         self._service: RunnerService | None = None
         self._url: str | None = None

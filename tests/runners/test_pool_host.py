@@ -40,6 +40,7 @@ def _models() -> list[dict[str, Any]]:
             "size": "10MiB",
         },
         {"name": "huge", "backend": {"conduit": "echo"}, "size": "1GiB"},
+        {"name": "slow", "backend": {"conduit": "echo"}, "size": "5MiB", "load_seconds": 60},
     ]
 
 
@@ -139,12 +140,26 @@ def test_a_failed_load_answers_503_with_retry_after_then_cools_down(pool: str) -
     assert health["status"] == "SETUP_FAILED"
 
 
-def test_a_model_that_can_never_fit_is_refused_at_once(pool: str) -> None:
+def test_what_can_never_be_served_is_refused_at_once(pool: str) -> None:
     answer = _predict(pool, "huge")
     assert answer.status_code == 422
     assert answer.json()["code"] == "model_too_large"
     assert _state(pool, "huge") == "idle"
     assert _state(pool, "p") == "ready"
+
+    # Its load is guessed at 60 s: a deadline 5 s away cannot be met, so no load starts.
+    for header in ({"X-Conduit-Deadline": "5"}, {"Prefer": "respond-async, wait=5"}):
+        late = httpx.post(
+            f"{pool}/models/slow/predictions", json={}, headers={**RUNNER_AUTH, **header}
+        )
+        assert late.status_code == 422 and late.json()["code"] == "deadline_unmeetable"
+    assert _state(pool, "slow") == "idle"
+    bad = httpx.post(
+        f"{pool}/models/slow/predictions",
+        json={},
+        headers={**RUNNER_AUTH, "X-Conduit-Deadline": "soon"},
+    )
+    assert bad.status_code == 422 and bad.json()["field"] == "X-Conduit-Deadline"
 
 
 def test_each_slot_is_a_cog_runner_under_its_prefix(pool: str) -> None:
