@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -124,6 +124,22 @@ def cmd_runner_pool(args: argparse.Namespace) -> None:
     serve(args.config, args.host, args.port)
 
 
+class _CommaJoined(argparse.Action):
+    """A repeatable option read as one comma-separated value, as its environment variable
+    is (``--deployment a/b --deployment c/d`` is ``CONDUIT_DIRECTOR_DEPLOYMENT=a/b,c/d``)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        earlier = getattr(namespace, self.dest, None)
+        value = str(values)
+        setattr(namespace, self.dest, f"{earlier},{value}" if earlier else value)
+
+
 def cmd_director(args: argparse.Namespace) -> None:
     from director.process import serve
     from director.settings import DirectorSettings
@@ -131,11 +147,17 @@ def cmd_director(args: argparse.Namespace) -> None:
     overrides: dict[str, Any] = {"deployment": args.deployment}
     if args.runner_url:
         overrides["runner_url"] = args.runner_url
+    if args.pool_url:
+        overrides["pool_url"] = args.pool_url
     if args.concurrency:
         overrides["concurrency"] = args.concurrency
     if args.runner_public_url:
         overrides["runner_public_url"] = args.runner_public_url
     settings = DirectorSettings(**overrides)
+    try:
+        settings.routes()
+    except ValueError as error:
+        raise SystemExit(f"conduit director: {error}") from None
     run_async(serve(settings))
 
 
@@ -326,9 +348,24 @@ def build_parser() -> argparse.ArgumentParser:
     runner.add_argument("--config", help="runner pool: the pool's YAML or TOML file")
     runner.set_defaults(func=cmd_runner)
 
-    director = sub.add_parser("director", help="run predictions of one deployment on a runner")
-    director.add_argument("--deployment", required=True, metavar="OWNER/NAME")
+    director = sub.add_parser(
+        "director",
+        help="run predictions of a deployment on a runner, or of several on a model pool's slots",
+    )
+    director.add_argument(
+        "--deployment",
+        required=True,
+        action=_CommaJoined,
+        metavar="OWNER/NAME[=MODEL]",
+        help="repeat with --pool-url: each deployment runs on the pool's slot MODEL "
+        "(default: NAME)",
+    )
     director.add_argument("--runner-url")
+    director.add_argument(
+        "--pool-url",
+        help="a model pool host (conduit runner pool): the deployments run on its slots, "
+        "entries of loaded models first",
+    )
     director.add_argument("--concurrency", type=int)
     director.add_argument(
         "--runner-public-url",

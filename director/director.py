@@ -1,17 +1,18 @@
 """The director: read a queue entry, claim its prediction, drive the runner, record, ack.
 
-One director runs beside one runner. It owns the read → claim → run → ack loop and nothing of
-the public API. An entry is acknowledged only after its prediction's terminal state is
-committed; any infrastructure failure (runner, Redis, Postgres unreachable) leaves the entry
-pending, to be offered again by this director (each ``retry_interval``; while Postgres or Redis
-is in trouble it reads nothing) or reclaimed by another one (``director.leases``). At start
-and once its backends answer again it offers itself every entry pending for it that it is not
-running. A delivery for a prediction another live director is running changes nothing: it is
-acknowledged and dropped.
+One director runs beside one runner, or serves several deployments on the slots of one model
+pool host (``director.lanes``: a lane per deployment, one concurrency budget). It owns the
+read → claim → run → ack loop and nothing of the public API. An entry is acknowledged only
+after its prediction's terminal state is committed; any infrastructure failure (runner, Redis,
+Postgres unreachable) leaves the entry pending, to be offered again by this director (each
+``retry_interval``; while Postgres or Redis is in trouble it reads nothing) or reclaimed by
+another one (``director.leases``). At start and once its backends answer again it offers itself
+every entry pending for it that it is not running. A delivery for a prediction another live
+director is running changes nothing: it is acknowledged and dropped.
 
 Its parts: ``Attempts`` (one record per entry held), ``Intake`` (where entries come from),
-``AttemptHandler`` (claim → run → record one entry), ``Heartbeats`` and ``Takeover`` (leases),
-``Reconciler`` (predictions missing from every stream).
+``AttemptHandler`` (claim → run → record one entry; one per lane), ``Heartbeats`` and
+``Takeover`` (leases), ``Reconciler`` (predictions missing from every stream).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, ResponseError
@@ -31,6 +32,7 @@ from director.claims import Claims
 from director.deployment import ServedDeployment
 from director.handling import AttemptHandler
 from director.intake import Intake
+from director.lanes import Lane, Lanes
 from director.leases import Heartbeats, Takeover
 from director.outbound import Outbound
 from director.queue import Queue
@@ -47,6 +49,9 @@ from tracker.retry import TRANSIENT, backoff_delay
 
 log = logging.getLogger(__name__)
 
+#: A deployment served, the runner it runs on, and that runner's pool slot model (if any).
+Serving = tuple[ServedDeployment, RunnerClient, str | None]
+
 #: What leaves an entry pending for a retry rather than failing its prediction.
 INFRASTRUCTURE_ERRORS = (RunnerError, *TRANSIENT)
 
@@ -55,29 +60,25 @@ class Director:
     def __init__(
         self,
         settings: DirectorSettings,
-        deployment: ServedDeployment,
+        served: Sequence[Serving],
         writes: StateWrites,
         redis: Redis,
-        runner: RunnerClient,
         attempts: Attempts,
         consumer: str,
         outbound: Outbound,
         webhook_url: Callable[[Attempt], str],
     ) -> None:
-        """``writes``: the process's grouped state writes. ``webhook_url(attempt)``: where the
-        runner sends that claimed attempt's snapshots (the receiver, which shares ``attempts``;
-        the URL holds the attempt's secret)."""
+        """``served``: each deployment with its runner (and pool slot model), in the order
+        given. ``writes``: the process's grouped state writes. ``webhook_url(attempt)``: where
+        the runner sends that claimed attempt's snapshots (the receiver, which shares
+        ``attempts``; the URL holds the attempt's secret)."""
         self.settings = settings
-        self.deployment = deployment
         engine = self.engine = writes.engine
         self.redis = redis
         self.consumer = consumer
         self.attempts = attempts
         self.queue = Queue(redis)
         reclaimer = Reclaimer(self.queue, consumer)
-        self.monitor = RunnerMonitor(
-            runner, settings.runner_check_interval, settings.runner_check_failures
-        )
         self.heartbeats = Heartbeats(
             redis,
             reclaimer,
@@ -86,59 +87,102 @@ class Director:
             interval=settings.heartbeat_every,
             visibility_timeout=settings.visibility_timeout,
         )
-        streams = deployment.streams()
-        draining = deployment.draining(settings.drain_shards, settings.drain_streams.split(","))
+        claims = Claims(writes, self.queue, consumer, outbound.events, outbound.policy.public_url)
+        parts = (writes, outbound, claims, reclaimer, webhook_url)
+        self.lanes = Lanes([self._lane(d, runner, model, *parts) for d, runner, model in served])
+        deployments = [lane.deployment for lane in self.lanes]
+        draining = [
+            stream
+            for d in deployments
+            for stream in d.draining(settings.drain_shards, settings.drain_streams.split(","))
+        ]
         self.intake = Intake(
             self.queue,
             reclaimer,
             attempts,
             self.heartbeats,
-            streams,
-            draining,
+            [d.streams() for d in deployments],
+            list(dict.fromkeys(draining)),
             retry_interval=settings.retry_interval,
             block_ms=settings.block_ms,
         )
         idle_ms = int(settings.visibility_timeout * 1000)
         self.takeover = Takeover(
-            reclaimer,
-            self.intake,
-            attempts.free,
-            idle_ms,
-            legacy=lambda: deployment.legacy_backlog(self.queue, settings.drain_shards),
+            reclaimer, self.intake, attempts.free, idle_ms, legacy=self._legacy_backlog
         )
+        targets = [target for d in deployments for target in d.targets]
         self.reconciler = Reconciler(
-            settings, engine, self.queue, deployment.targets, lambda: self.intake.streams, consumer
-        )
-        claims = Claims(writes, self.queue, consumer, outbound.events, outbound.policy.public_url)
-        self.handler = AttemptHandler(
-            settings=settings,
-            deployment=deployment,
-            writes=writes,
-            runner=runner,
-            monitor=self.monitor,
-            outbound=outbound,
-            claims=claims,
-            reclaimer=reclaimer,
-            webhook_url=webhook_url,
-            on_cancel_ignored=self._runner_ignored_cancel,
+            settings, engine, self.queue, targets, lambda: self.intake.streams, consumer
         )
         self.stopping = asyncio.Event()
         self._slot_freed = asyncio.Event()
         self._backend_trouble = False
-        self.runner_suspect = False  # ignored a cancel: take no work until it is READY again
+        #: The monitor of a runner that ignored a cancel: no work is taken until it is READY.
+        self.suspect: RunnerMonitor | None = None
         #: ``loop.time()`` of the read loop's latest turn; None before the first. The loop
         #: turns at least every ``block_ms`` (or back-off pause) while it runs (``/livez``).
         self.last_turn: float | None = None
+
+    def _lane(
+        self,
+        deployment: ServedDeployment,
+        runner: RunnerClient,
+        model: str | None,
+        writes: StateWrites,
+        outbound: Outbound,
+        claims: Claims,
+        reclaimer: Reclaimer,
+        webhook_url: Callable[[Attempt], str],
+    ) -> Lane:
+        settings = self.settings
+        monitor = RunnerMonitor(
+            runner, settings.runner_check_interval, settings.runner_check_failures
+        )
+        handler = AttemptHandler(
+            settings=settings,
+            deployment=deployment,
+            writes=writes,
+            runner=runner,
+            monitor=monitor,
+            outbound=outbound,
+            claims=claims,
+            reclaimer=reclaimer,
+            webhook_url=webhook_url,
+            on_cancel_ignored=lambda: self._runner_ignored_cancel(monitor),
+        )
+        return Lane(deployment, runner, monitor, handler, model)
+
+    @property
+    def deployment(self) -> ServedDeployment:
+        """The first deployment served (the only one, unless several share a pool host)."""
+        return self.lanes[0].deployment
+
+    @property
+    def monitor(self) -> RunnerMonitor:
+        """The first deployment's runner monitor."""
+        return self.lanes[0].monitor
+
+    @property
+    def runner_suspect(self) -> bool:
+        return self.suspect is not None
+
+    async def _legacy_backlog(self) -> list[str]:
+        settings = self.settings
+        found: list[str] = []
+        for lane in self.lanes:
+            found += await lane.deployment.legacy_backlog(self.queue, settings.drain_shards)
+        return found
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then let in-flight predictions finish."""
         await require_noeviction(self.redis)
         await self.queue.ensure_groups(self.intake.streams)
-        await self.monitor.check()  # learn the runner's hardware before the first prediction
+        for lane in self.lanes:  # learn each runner's hardware before the first prediction
+            await lane.monitor.check()
         settings = self.settings
         helpers = [
             asyncio.create_task(self._listen_for_cancels()),
-            asyncio.create_task(self.monitor.run_forever()),
+            *(asyncio.create_task(lane.monitor.run_forever()) for lane in self.lanes),
             asyncio.create_task(every(settings.heartbeat_every, self.heartbeats.renew)),
             asyncio.create_task(every(settings.claim_interval, self.takeover.claim)),
             asyncio.create_task(every(settings.reconcile_interval, self._reconcile)),
@@ -191,7 +235,7 @@ class Director:
             self._backend_trouble = False
             self.intake.sweep_due = True
         # A runner that is away leaves this director's failed entries to others.
-        await self.intake.fill(free, offer_own=not self.monitor.gone)
+        await self.intake.fill(free, offer_own=not all(lane.monitor.gone for lane in self.lanes))
 
     def _spawn(self, attempt: Attempt) -> None:
         # The task's log lines name the prediction (conduit.logging_setup); the handler adds
@@ -204,7 +248,7 @@ class Director:
         entry = attempt.entry
         acked = False
         try:
-            if await self.handler.process(attempt):
+            if await self.lanes.of(entry.stream).handler.process(attempt):
                 await self.queue.ack(entry.stream, entry.id)
                 acked = True
         except INFRASTRUCTURE_ERRORS as error:
@@ -227,15 +271,16 @@ class Director:
     async def _wait_for_slot(self) -> None:
         self._slot_freed.clear()
         # Bounded even when all workers are busy, so the loop keeps turning (``/livez``).
-        timeout = 1.0 if self.runner_suspect else self.settings.block_ms / 1000
+        suspect = self.suspect
+        timeout = 1.0 if suspect is not None else self.settings.block_ms / 1000
         stop = asyncio.ensure_future(self.stopping.wait())
         slot = asyncio.ensure_future(self._slot_freed.wait())
         await asyncio.wait({stop, slot}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         slot.cancel()
-        if self.runner_suspect and self.monitor.status is HealthStatus.READY:
+        if suspect is not None and suspect.status is HealthStatus.READY:
             log.info("runner is READY again; taking work")
-            self.runner_suspect = False
+            self.suspect = None
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -250,9 +295,9 @@ class Director:
     async def _reconcile(self) -> None:
         await self.reconciler.pass_once()
 
-    def _runner_ignored_cancel(self) -> None:
+    def _runner_ignored_cancel(self, monitor: RunnerMonitor) -> None:
         log.warning("runner ignored a cancel: taking no work until its health check is READY")
-        self.runner_suspect = True
+        self.suspect = monitor
 
     async def _listen_for_cancels(self) -> None:
         while not self.stopping.is_set():

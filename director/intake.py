@@ -30,7 +30,7 @@ class Intake:
         reclaimer: Reclaimer,
         attempts: Attempts,
         heartbeats: Heartbeats,
-        streams: list[str],
+        groups: list[list[str]],
         draining: list[str],
         *,
         retry_interval: float,
@@ -41,7 +41,9 @@ class Intake:
         self.consumer = reclaimer.consumer
         self.attempts = attempts
         self.heartbeats = heartbeats
-        self.current = streams
+        #: Each deployment's current streams, in the order the deployments were given.
+        self.groups = groups
+        self.current = [stream for group in groups for stream in group]
         self.draining = draining
         self.retry_interval = retry_interval
         self.block_ms = block_ms

@@ -5,7 +5,8 @@
   turned for ``loop_stall_after`` seconds is stuck, and a restart is the cure. No backend is
   asked: a director restarted because Postgres is away would only come back to the same.
   While it stops (SIGTERM, finishing in-flight predictions) it stays live.
-- Ready: Redis, Postgres and its runner's ``/health`` answer, and it is not stopping.
+- Ready: Redis, Postgres and its runner's ``/health`` answer (every runner's, or the pool
+  host's, when it serves several deployments), and it is not stopping.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.director import Director
-from director.runner_client import RunnerClient
 from runners import protocol as wire
 
 #: Seconds each backend gets to answer a readiness probe: under kubelet's usual 3 s timeout.
@@ -37,13 +37,16 @@ class Probes:
         director: Director,
         engine: AsyncEngine,
         redis: Redis,
-        runner: RunnerClient,
+        session: aiohttp.ClientSession,
+        runner_urls: list[str],
         stall_after: float,
     ) -> None:
+        """``runner_urls``: the base URLs whose ``/health`` must answer 200."""
         self.director = director
         self.engine = engine
         self.redis = redis
-        self.runner = runner
+        self.session = session
+        self.runner_urls = runner_urls
         self.stall_after = stall_after
 
     def live(self) -> tuple[bool, dict[str, Any]]:
@@ -87,10 +90,14 @@ class Probes:
             return _error(error)
 
     async def _runner(self) -> str:
-        """The runner's ``/health``: 200 once its model is loaded and while it is well."""
+        """Each runner's ``/health``: 200 once its model is loaded and while it is well."""
+        answers = await asyncio.gather(*(self._health(url) for url in self.runner_urls))
+        return next((answer for answer in answers if answer != OK), OK)
+
+    async def _health(self, base_url: str) -> str:
         try:
-            async with self.runner.session.get(
-                f"{self.runner.base_url}{wire.HEALTH_PATH}",
+            async with self.session.get(
+                f"{base_url}{wire.HEALTH_PATH}",
                 timeout=aiohttp.ClientTimeout(total=CHECK_TIMEOUT),
                 allow_redirects=False,
             ) as response:

@@ -14,15 +14,16 @@ import orjson
 
 from director.attempts import Attempts
 from director.deployment import load_deployment
-from director.director import Director
+from director.director import Director, Serving
 from director.fleet_member import FleetMember, Served
+from director.lanes import Lane
 from director.outbound import Outbound
 from director.probes import Probes
 from director.queue import Queue
 from director.queue import connect as connect_redis
 from director.receiver import Receiver
 from director.runner_client import RunnerClient
-from director.settings import DirectorSettings
+from director.settings import DirectorSettings, Route
 from tracker.batch_writes import StateWrites
 from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
@@ -37,28 +38,41 @@ log = logging.getLogger(__name__)
 
 
 def director_id(settings: DirectorSettings) -> str:
+    """The consumer name: ``id``, else host name + a hash of what it serves (one deployment:
+    deployment and runner URL, as before several could be served)."""
     if settings.id:
         return settings.id
-    digest = hashlib.sha256(f"{settings.deployment}|{settings.runner_url}".encode()).hexdigest()
+    served = ",".join(f"{route.deployment}|{route.runner_url}" for route in settings.routes())
+    digest = hashlib.sha256(served.encode()).hexdigest()
     return f"{socket.gethostname()}-{digest[:10]}"
 
 
-def _fleet_member(settings: DirectorSettings, director: Director, version_id: str) -> FleetMember:
-    """Keeps the runner's fleet entry written while the director runs."""
+def _fleet_member(
+    settings: DirectorSettings, director: Director, lane: Lane, route: Route
+) -> FleetMember:
+    """Keeps one runner's fleet entry written while the director runs."""
     served = Served(
-        url=(settings.runner_public_url or settings.runner_url).rstrip("/"),
-        deployment=director.deployment.name,
-        version_id=version_id,
+        url=settings.fleet_url(route),
+        deployment=lane.deployment.name,
+        version_id=lane.deployment.version_id,
         director=director.consumer,
         concurrency=settings.concurrency,
     )
     return FleetMember(
         FleetRegistry(director.redis, settings.fleet_ttl_seconds),
-        director.monitor,
+        lane.monitor,
         served,
         director.stopping,
         settings.fleet_heartbeat_interval,
     )
+
+
+def _health_urls(settings: DirectorSettings, routes: list[Route]) -> list[str]:
+    """Where the readiness probe asks each runner's ``/health``: a pool host answers it at
+    its root, for all its slots."""
+    if settings.pool_url is not None:
+        return [settings.pool_url.rstrip("/")]
+    return [route.runner_url.rstrip("/") for route in routes]
 
 
 def _json(value: object) -> str:
@@ -67,6 +81,7 @@ def _json(value: object) -> str:
 
 
 async def serve(settings: DirectorSettings) -> None:
+    routes = settings.routes()
     engine = make_engine(settings.database_url, pool_size=settings.concurrency + 4)
     redis = connect_redis(settings.redis_url)
     timeout = aiohttp.ClientTimeout(total=30, connect=5)
@@ -93,43 +108,56 @@ async def serve(settings: DirectorSettings) -> None:
         # Webhook bodies carry urls.stream signed with the key the api checks.
         sign_stream_urls(await StreamUrlSettings().loaded_signer(redis))
         dispatcher.start()
-        deployment = await load_deployment(
-            engine, settings.deployment, Queue(redis), settings.drain_shards
-        )
+        served: list[Serving] = []
+        for route in routes:
+            deployment = await load_deployment(
+                engine, route.deployment, Queue(redis), settings.drain_shards
+            )
+            runner = RunnerClient(route.runner_url, session, settings.runner_token)
+            served.append((deployment, runner, route.model))
         await receiver.start()
-        runner = RunnerClient(settings.runner_url, session, settings.runner_token)
         director = Director(
             settings,
-            deployment,
+            served,
             StateWrites(engine),
             redis,
-            runner,
             attempts,
             consumer=director_id(settings),
             outbound=outbound,
             webhook_url=receiver.webhook_url,
         )
-        receiver.probes = Probes(director, engine, redis, runner, settings.loop_stall_after)
+        receiver.probes = Probes(
+            director,
+            engine,
+            redis,
+            session,
+            _health_urls(settings, routes),
+            settings.loop_stall_after,
+        )
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, director.stopping.set)
         log.info(
-            "director %s for %s reading %d streams, runner %s, receiver %s",
+            "director %s for %s reading %d streams, receiver %s",
             director.consumer,
-            deployment.name,
+            ", ".join(f"{route.deployment} on {route.runner_url}" for route in routes),
             len(director.intake.streams),
-            settings.runner_url,
             receiver.public_url,
         )
-        member = _fleet_member(settings, director, deployment.version_id)
-        beats = asyncio.create_task(member.run(), name="fleet-heartbeat")
+        members = [
+            _fleet_member(settings, director, lane, route)
+            for lane, route in zip(director.lanes, routes, strict=True)
+        ]
+        beats = [asyncio.create_task(m.run(), name="fleet-heartbeat") for m in members]
         try:
             await director.run()
         finally:
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
-            await member.leave()
+            for beat in beats:
+                beat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await beat
+            for member in members:
+                await member.leave()
     finally:
         await dispatcher.stop()
         await webhook_session.close()

@@ -1,10 +1,27 @@
 """Director settings, from ``CONDUIT_DIRECTOR_*``, ``DATABASE_URL``, ``REDIS_URL`` and
-``CONDUIT_RUNNER_TOKEN`` (the secret it shares with its runner)."""
+``CONDUIT_RUNNER_TOKEN`` (the secret it shares with its runner).
+
+What a director serves: one deployment on the runner at ``runner_url``, or several deployments
+on the slots of one model pool host (``pool_url``), each ``OWNER/NAME=MODEL`` on the slot
+``<pool_url>/models/<MODEL>`` (``=MODEL`` left out: the deployment's own name).
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One deployment a director serves, and the runner it runs it on."""
+
+    deployment: str
+    runner_url: str
+    #: The pool slot's model, when the runner is a slot of a pool host.
+    model: str | None = None
 
 
 class DirectorSettings(BaseSettings):
@@ -26,8 +43,16 @@ class DirectorSettings(BaseSettings):
     )
     #: Seconds a finished prediction's event stream is kept for SSE replay.
     events_retention: int = 3600
+    #: ``OWNER/NAME``, or several ``OWNER/NAME=MODEL`` (comma-separated) on ``pool_url``.
     deployment: str = ""
     runner_url: str = "http://127.0.0.1:5000"
+    #: A model pool host (``conduit runner pool``) whose slots run the deployments: each one's
+    #: runner is ``<pool_url>/models/<MODEL>``, and the pool's ``/v1/capabilities`` says which
+    #: models are loaded (read first: ``aging_bound``).
+    pool_url: str | None = None
+    #: Seconds an entry of a deployment whose model is not loaded may wait while entries of
+    #: loaded models are read first; past it, it is read regardless (oldest first).
+    aging_bound: float = Field(10.0, ge=0)
     #: Sent as ``Authorization: Bearer`` on every call to the runner: the runner's own
     #: ``CONDUIT_RUNNER_TOKEN`` (one name on both sides). A stock Cog server ignores it.
     runner_token: str | None = Field(
@@ -35,7 +60,8 @@ class DirectorSettings(BaseSettings):
         repr=False,
         validation_alias=AliasChoices("CONDUIT_RUNNER_TOKEN", "CONDUIT_DIRECTOR_RUNNER_TOKEN"),
     )
-    #: How api replicas reach the runner, when not by ``runner_url`` (its fleet entry's URL).
+    #: How api replicas reach the runner, when not by ``runner_url`` (its fleet entry's URL);
+    #: with ``pool_url``, how they reach the pool (each slot's fleet URL is under it).
     runner_public_url: str | None = None
     concurrency: int = Field(1, ge=1)
     #: Stable across restarts of the same sidecar, so a restarted director re-reads its own
@@ -103,6 +129,39 @@ class DirectorSettings(BaseSettings):
     fleet_heartbeat_interval: float = Field(2.0, gt=0)
     #: Seconds the entry outlives the last of them (default: three intervals).
     fleet_ttl: float | None = Field(None, gt=0)
+
+    def routes(self) -> list[Route]:
+        """The deployments served, each with its runner's URL, in the order given; a
+        ``ValueError`` naming the setting when they do not resolve."""
+        specs = [part.strip() for part in self.deployment.split(",") if part.strip()]
+        if not specs:
+            raise ValueError("deployment: name at least one OWNER/NAME")
+        routes: list[Route] = []
+        for spec in specs:
+            name, mapped, model = spec.partition("=")
+            name, model = name.strip(), model.strip()
+            if name.count("/") != 1 or not all(name.split("/")):
+                raise ValueError(f"deployment: {spec!r} is not OWNER/NAME or OWNER/NAME=MODEL")
+            if self.pool_url is None:
+                if mapped:
+                    raise ValueError(f"deployment: {spec!r} names a model: set pool_url too")
+                routes.append(Route(name, self.runner_url))
+                continue
+            model = model or name.split("/")[1]
+            url = f"{self.pool_url.rstrip('/')}/models/{model}"
+            routes.append(Route(name, url, model))
+        names = [route.deployment for route in routes]
+        if len(set(names)) < len(names):
+            raise ValueError("deployment: a deployment is named twice")
+        if len(routes) > 1 and self.pool_url is None:
+            raise ValueError("deployment: several deployments run on the slots of a pool_url")
+        return routes
+
+    def fleet_url(self, route: Route) -> str:
+        """How api replicas reach ``route``'s runner (its fleet entry's URL)."""
+        if route.model is None or self.pool_url is None:
+            return (self.runner_public_url or route.runner_url).rstrip("/")
+        return f"{(self.runner_public_url or self.pool_url).rstrip('/')}/models/{route.model}"
 
     @property
     def fleet_ttl_seconds(self) -> float:
