@@ -319,17 +319,44 @@ async def _run(
     check_input(destination.validator, body.input)
     run = _Run(request, lane, account, destination, priority, body, input_json)
     deadline = lane.shell.now() + cancel_after.total_seconds() if cancel_after else None
-    watcher = asyncio.ensure_future(_disconnected(request))
+    departure = _Departure(request)
     try:
         admission = lane.shell.arrive(run.id, lane_name, account_key, band, deadline)
-        verdict = await _admitted(lane, admission, watcher)
+        verdict = await _admitted(lane, admission, departure)
         if verdict is None:
             return Response(status_code=499)  # nobody reads it
-        return await _attempts(run, verdict, watcher, _wants_events(request.headers.get("accept")))
+        events = _wants_events(request.headers.get("accept"))
+        return await _attempts(run, verdict, departure, events)
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
+        await departure.close()
+
+
+#: A runner call still going after this long (s) has its client watched from then on: a run
+#: that ends sooner is over before a cancel could reach its runner anyway.
+WATCH_AFTER = 0.02
+
+
+class _Departure:
+    """Notices the client leaving (``http.disconnect`` on the receive channel).
+
+    Reading the channel takes a task of its own, a few scheduling rounds of the event loop on
+    every request; so it starts only when a wait may be long: at once for a request that has
+    to queue, :data:`WATCH_AFTER` into a runner call."""
+
+    def __init__(self, request: Request) -> None:
+        self._request = request
+        self.watcher: asyncio.Task[None] | None = None
+
+    def watch(self) -> asyncio.Task[None]:
+        if self.watcher is None:
+            self.watcher = asyncio.ensure_future(_disconnected(self._request))
+        return self.watcher
+
+    async def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.watcher
 
 
 async def _first(*futures: asyncio.Future[Any]) -> None:
@@ -337,11 +364,13 @@ async def _first(*futures: asyncio.Future[Any]) -> None:
 
 
 async def _admitted(
-    lane: Lane, admission: Admission, watcher: asyncio.Future[None]
+    lane: Lane, admission: Admission, departure: _Departure
 ) -> Dispatch | Reject | Fail | None:
     """The lane's first answer; None when the client left first (out of the queue then)."""
+    if admission.answer.done():  # granted (or refused) on arrival: nothing to wait for
+        return admission.answer.result()
     try:
-        await _first(admission.answer, watcher)
+        await _first(admission.answer, departure.watch())
     except BaseException:
         lane.shell.leave(admission)
         raise
@@ -351,8 +380,36 @@ async def _admitted(
     return None
 
 
+async def _answer_or_leave(call: asyncio.Task[Answer], departure: _Departure) -> Answer | None:
+    """The runner call's answer; None when the client left first (the call cancelled)."""
+
+    def leave(_: object) -> None:
+        call.cancel()
+
+    def watch() -> None:
+        departure.watch().add_done_callback(leave)
+
+    timer = None
+    if departure.watcher is None:
+        timer = asyncio.get_running_loop().call_later(WATCH_AFTER, watch)
+    else:
+        departure.watcher.add_done_callback(leave)
+    try:
+        return await call
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise  # this handler is cancelled itself (shutdown): not the client leaving
+        return None
+    finally:
+        if timer is not None:
+            timer.cancel()
+        if departure.watcher is not None:
+            departure.watcher.remove_done_callback(leave)
+
+
 async def _attempts(
-    run: _Run, verdict: Dispatch | Reject | Fail, watcher: asyncio.Future[None], events: bool
+    run: _Run, verdict: Dispatch | Reject | Fail, departure: _Departure, events: bool
 ) -> Response:
     """Call runners as the lane dispatches, until one answers or the lane gives up."""
     lane = run.lane
@@ -379,11 +436,15 @@ async def _attempts(
                     stream=events,
                 )
             )
-            await _first(call, watcher)
-            if not call.done():
-                await _abandon(run, dispatch, call)
+            try:
+                left = await _answer_or_leave(call, departure)
+            except asyncio.CancelledError:
+                lane.shell.done(dispatch, Outcome.DISCONNECTED, first_byte_sent=False)
+                raise
+            if left is None:
+                _abandon(run, dispatch)
                 return Response(status_code=499)
-            answer = call.result()
+            answer = left
         if answer.outcome is Outcome.OK:
             if events:
                 return _event_stream(run, dispatch, answer)
@@ -404,14 +465,9 @@ async def _attempts(
         verdict = next_verdict
 
 
-async def _abandon(run: _Run, dispatch: Dispatch, call: asyncio.Future[Answer]) -> None:
-    """The client left while the runner worked: stop the call, have the runner cancel the
-    run, give the permit back, and record the run as canceled."""
-    call.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        answer = await call
-        if answer.feed is not None:
-            answer.feed.close()
+def _abandon(run: _Run, dispatch: Dispatch) -> None:
+    """The client left while the runner worked (the call is cancelled): have the runner
+    cancel the run, give the permit back, and record the run as canceled."""
     _cancel_at_runner(run, dispatch)
     run.lane.shell.done(dispatch, Outcome.DISCONNECTED, first_byte_sent=False)
     run.record(Status.CANCELED, None, None)
