@@ -35,7 +35,9 @@ from director.intake import Intake
 from director.lanes import Lane, Lanes
 from director.leases import Heartbeats, Takeover
 from director.outbound import Outbound
+from director.pool_slots import PoolSlots
 from director.queue import Queue
+from director.read_order import REFRESH_INTERVAL, ReadOrder
 from director.reclaim import Reclaimer
 from director.reconciler import Reconciler
 from director.runner_client import RunnerClient, RunnerError
@@ -106,6 +108,22 @@ class Director:
             retry_interval=settings.retry_interval,
             block_ms=settings.block_ms,
         )
+        #: With several deployments: the order their streams are read in.
+        self.read_order: ReadOrder | None = None
+        if len(self.lanes) > 1:
+            first = self.lanes[0].runner
+            slots = None
+            if settings.pool_url is not None:
+                slots = PoolSlots(settings.pool_url, first.session, first.auth)
+            self.read_order = ReadOrder(
+                self.queue,
+                self.intake.groups,
+                [d.name for d in deployments],
+                [lane.model for lane in self.lanes],
+                slots,
+                settings.aging_bound,
+            )
+            self.intake.order = self.read_order.order
         idle_ms = int(settings.visibility_timeout * 1000)
         self.takeover = Takeover(
             reclaimer, self.intake, attempts.free, idle_ms, legacy=self._legacy_backlog
@@ -177,11 +195,14 @@ class Director:
         """Serve until ``stopping`` is set, then let in-flight predictions finish."""
         await require_noeviction(self.redis)
         await self.queue.ensure_groups(self.intake.streams)
+        if self.read_order is not None:
+            await self.read_order.refresh()
         for lane in self.lanes:  # learn each runner's hardware before the first prediction
             await lane.monitor.check()
         settings = self.settings
         helpers = [
             asyncio.create_task(self._listen_for_cancels()),
+            *self._read_order_refresh(),
             *(asyncio.create_task(lane.monitor.run_forever()) for lane in self.lanes),
             asyncio.create_task(every(settings.heartbeat_every, self.heartbeats.renew)),
             asyncio.create_task(every(settings.claim_interval, self.takeover.claim)),
@@ -196,6 +217,13 @@ class Director:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+    def _read_order_refresh(self) -> list[asyncio.Task[None]]:
+        """With several deployments, learn what is loaded and what waits before the first
+        read, then about once a second."""
+        if self.read_order is None:
+            return []
+        return [asyncio.create_task(every(REFRESH_INTERVAL, self.read_order.refresh))]
 
     async def _read_loop(self) -> None:
         failures = 0

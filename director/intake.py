@@ -2,18 +2,22 @@
 entries taken over from dead directors.
 
 New entries are read from the shards in turn, round robin, in one round trip, then with one
-blocking read of all. An entry that failed here (or waits for a twin running here) goes on the
-retry set and is offered again (counting a delivery) after ``retry_interval``; an entry
-running here is never re-read (a re-read counts a delivery, and a long healthy run would drift
-toward the dead-letter stream). At start and after backend trouble every entry pending for
-this director that it does not hold is offered again (the sweep).
+blocking read of all. A director serving several deployments reads them in the order ``order``
+gives (``director.read_order``: loaded models first, with an aging bound), each deployment's
+shards round robin within its place.
+
+An entry that failed here (or waits for a twin running here) goes on the retry set and is
+offered again (counting a delivery) after ``retry_interval``; an entry running here is never
+re-read (a re-read counts a delivery, and a long healthy run would drift toward the
+dead-letter stream). At start and after backend trouble every entry pending for this director
+that it does not hold is offered again (the sweep).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from director.attempts import Attempts
 from director.leases import Heartbeats
@@ -51,6 +55,9 @@ class Intake:
         #: Offer every entry pending for this consumer again: at start, after backend trouble.
         self.sweep_due = True
         self._rotation = 0
+        #: With several deployments: their indexes in ``groups``, in the order to read them.
+        self.order: Callable[[], list[int]] | None = None
+        self._rotations = [0] * len(groups)
 
     @property
     def streams(self) -> list[str]:
@@ -126,6 +133,9 @@ class Intake:
             self.offer(entries)
 
     async def _read_new(self, free: int) -> None:
+        if self.order is not None and len(self.groups) > 1:
+            await self._read_in_order(free, self.order())
+            return
         streams = self.streams
         start = self._rotation % len(streams)
         ordered = streams[start:] + streams[:start]
@@ -134,6 +144,28 @@ class Intake:
             # Round robin over the shards that have work: the next read starts after the last
             # one that gave some, so a flooded shard is served once per turn.
             self._rotation = start + passed
+        else:
+            got = await self.queue.read(ordered, self.consumer, count=1, block_ms=self.block_ms)
+        self.offer(got)
+
+    async def _read_in_order(self, free: int, order: list[int]) -> None:
+        """Read the deployments in ``order``, each one's shards from its own rotation; the
+        streams being drained come last."""
+        runs: list[tuple[int, int, list[str]]] = []
+        for index in order:
+            group = self.groups[index]
+            start = self._rotations[index] % len(group)
+            runs.append((index, start, group[start:] + group[:start]))
+        ordered = [stream for _, _, run in runs for stream in run] + self.draining
+        got, _ = await self.queue.read_in_turn(ordered, self.consumer, free)
+        if got:
+            # Each deployment that gave entries starts its next turn after its last shard
+            # that gave some.
+            gave = {entry.stream for entry in got}
+            for index, start, run in runs:
+                last = max((i for i, stream in enumerate(run) if stream in gave), default=None)
+                if last is not None:
+                    self._rotations[index] = start + last + 1
         else:
             got = await self.queue.read(ordered, self.consumer, count=1, block_ms=self.block_ms)
         self.offer(got)

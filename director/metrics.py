@@ -41,3 +41,15 @@ NOT_STARTED = Counter(
     ["reason"],
     registry=REGISTRY,
 )
+MODEL_READY = Gauge(
+    "conduit_director_model_ready",
+    "1 when the deployment's model is loaded on the pool host (its entries are read first).",
+    ["deployment"],
+    registry=REGISTRY,
+)
+OLDEST_WAIT = Gauge(
+    "conduit_director_oldest_wait_seconds",
+    "Seconds the deployment's oldest unread entry has waited (0: none waits), as last seen.",
+    ["deployment"],
+    registry=REGISTRY,
+)

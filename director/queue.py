@@ -83,6 +83,36 @@ return out
 """
 
 
+# For each stream: how many entries wait unread by the group ARGV[1] (its length less its
+# pending entries: acknowledged entries are deleted), and the id of the oldest of them (the
+# first after the group's last delivered id; '' when none waits). First, Redis's clock in ms,
+# which the ids' timestamps are read against. One round trip for a slot's streams.
+_BACKLOG_SCRIPT = """
+local now = redis.call('TIME')
+local out = {tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+for _, key in ipairs(KEYS) do
+  local waiting, oldest = 0, ''
+  if redis.call('EXISTS', key) == 1 then
+    for _, group in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+      local info = {}
+      for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
+      if info['name'] == ARGV[1] then
+        waiting = redis.call('XLEN', key) - info['pending']
+        if waiting > 0 then
+          local first = redis.call('XRANGE', key, '(' .. info['last-delivered-id'], '+',
+                                   'COUNT', 1)
+          if #first > 0 then oldest = first[1][1] end
+        end
+      end
+    end
+  end
+  table.insert(out, waiting)
+  table.insert(out, oldest)
+end
+return out
+"""
+
+
 def deployment_stream(deployment: str, shard: int) -> str:
     return keys.input_stream("dp", deployment, shard)
 
@@ -96,6 +126,17 @@ class StreamStats:
     stream: str
     length: int
     pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Entries of one stream no director has read yet."""
+
+    stream: str
+    waiting: int
+    #: Milliseconds the oldest of them has waited (by its id's timestamp, on Redis's clock);
+    #: None when none waits.
+    oldest_wait_ms: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +168,7 @@ class Queue:
         self.redis = redis
         self._enqueue = redis.register_script(_ENQUEUE_SCRIPT)
         self._read_in_turn = redis.register_script(_READ_IN_TURN_SCRIPT)
+        self._backlog = redis.register_script(_BACKLOG_SCRIPT)
         self._ack_and_delete = redis.register_script(_ACK_SCRIPT)
         self._acks: PerSlot[tuple[str, str], None] = PerSlot(
             self._write_acks, lambda entry: entry[0]
@@ -225,6 +267,22 @@ class Queue:
             count = pending["pending"] if isinstance(pending, dict) else 0
             stats.append(StreamStats(stream, length if isinstance(length, int) else 0, count))
         return stats
+
+    async def backlog(self, streams: Sequence[str]) -> list[Backlog]:
+        """What waits unread in each of ``streams`` (a missing one: nothing), in the order
+        given: one script call per slot, the calls concurrent."""
+        groups = list(by_slot(streams).values())
+        replies: list[Any] = await asyncio.gather(
+            *(self._backlog(keys=group, args=[GROUP]) for group in groups)
+        )
+        found: dict[str, Backlog] = {}
+        for group, reply in zip(groups, replies, strict=True):
+            now = int(reply[0])
+            for stream, waiting, oldest in zip(group, reply[1::2], reply[2::2], strict=True):
+                oldest_id = _text(oldest)
+                age = max(0, now - _entry_key(oldest_id)[0]) if oldest_id else None
+                found[stream] = Backlog(stream, max(0, int(waiting)), age)
+        return [found[stream] for stream in streams]
 
     async def with_entries(self, streams: Sequence[str]) -> list[str]:
         """Those of ``streams`` that hold entries, or pending ones; missing ones do not."""
