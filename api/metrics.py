@@ -53,6 +53,10 @@ class ApiMetrics:
         )
         #: ``lane_queue_wait_seconds``, observed by the synchronous lane at each dispatch.
         self.lane_wait = LaneWait(self.registry)
+        #: Each (method, route, status)'s counter and histogram children: ``labels()`` checks
+        #: and locks on every call, a measurable part of a fast request. Routes are templates
+        #: and statuses few, so this stays small.
+        self._children: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
 
     def watch(self, resources: Callable[[], Resources | None]) -> None:
         """Report the waiters, pools and lane of the resources the app opened (none before)."""
@@ -60,8 +64,15 @@ class ApiMetrics:
         self.registry.register(LaneCollector(lambda: getattr(resources(), "lane", None)))
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
-        self.latency.labels(method, route).observe(seconds)
+        key = (method, route, status)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -45,9 +45,14 @@ class LaneWait:
             buckets=WAIT_BUCKETS,
             registry=registry,
         )
+        #: Each deployment's child, looked up once (``labels()`` checks and locks each call).
+        self._children: dict[str, Histogram] = {}
 
     def observe(self, deployment: str, seconds: float) -> None:
-        self.histogram.labels(deployment).observe(seconds)
+        child = self._children.get(deployment)
+        if child is None:
+            child = self._children[deployment] = self.histogram.labels(deployment)
+        child.observe(seconds)
 
 
 class LaneCollector(Collector):
