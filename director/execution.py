@@ -11,6 +11,9 @@ A runner that refuses a start (busy, queue full, rate limited, still setting up)
 the prediction by itself: the start is offered again after its ``Retry-After`` (or a backoff)
 for as long as the limits allow. If they pass first, the error says what the runner kept
 answering. Accepted may mean queued inside the runner; the ``start`` webhook marks processing.
+Each start tells the runner the time left until the first limit; a model pool host that cannot
+load and run the model in it says so (``OutOfTime``), and the prediction ends then as it would
+at the limit, with the pool's reason.
 
 The times a runner reports are recorded (and billed) only as far as this director saw the run
 take (``RunnerTimes.within``): from its first offer of the prediction to the runner (for a run
@@ -34,6 +37,7 @@ from director.attempts import Attempt
 from director.backoff import StartBackoff
 from director.runner_client import (
     InputRejected,
+    OutOfTime,
     RunnerClient,
     RunnerError,
     RunnerRefused,
@@ -151,6 +155,11 @@ class Execution:
             return await self.tracker.finish(
                 Status.FAILED, error=f"Invalid input: {rejected.detail}"
             )
+        except OutOfTime as out:
+            status = Status.ABORTED if self._by_deadline else Status.FAILED
+            limit = "deadline" if self._by_deadline else f"timeout of {self.timeout:g}s"
+            error = f"prediction cannot run within its {limit}: runner answered {out}"
+            return await self.tracker.finish(status, error=error)
         if not started:
             if self.attempt.cancel.is_set():
                 return await self.tracker.finish(Status.CANCELED)
@@ -197,6 +206,7 @@ class Execution:
                     self.webhook,
                     tenant=self.tenant,
                     priority=self.priority,
+                    deadline=self._limit_at - self._loop.time(),
                 )
                 self._accepted_at = self._loop.time()
                 if feed is not None:

@@ -17,6 +17,11 @@ Exception tree::
         ├── RunnerNotReady      503 + Cog body: setup running or failed, model not loaded
         └── RateLimited         429: the tenant's rate limit on this runner
     InputRejected           400/422: the runner refused the input (a prediction failure)
+    OutOfTime               422/504 deadline_*: a model pool cannot run it in the time it has
+
+Each start carries the time the prediction has left (``X-Conduit-Deadline``), which a model pool
+host holds its queue, load and run to; a single Conduit runner and a stock Cog server do not
+read it.
 """
 
 from __future__ import annotations
@@ -111,6 +116,31 @@ class RateLimited(RunnerRefused):
 
 class _NotRunning(RunnerError):
     """412 to an attach: the runner is not running the prediction."""
+
+
+class OutOfTime(Exception):
+    """A model pool refused the start for its deadline (``runners.protocol.DeadlineCode``):
+    the model's load and run take longer than the time left, or the time ran out while it
+    waited for the load. Offering it again cannot help: the prediction ends."""
+
+    def __init__(self, code: wire.DeadlineCode, detail: str) -> None:
+        super().__init__(f"{code} ({detail})")
+        self.code = code
+        self.detail = detail
+
+
+def _out_of_time(status: int, headers: CIMultiDictProxy[str], text: str) -> OutOfTime | None:
+    if status not in (422, 504) or not headers.get(wire.CONTENT_TYPE, "").startswith(
+        wire.PROBLEM_JSON
+    ):
+        return None
+    try:
+        problem = json.loads(text)
+        code = wire.DeadlineCode(problem.get("code"))
+    except (ValueError, AttributeError):
+        return None
+    detail = problem.get("detail")
+    return OutOfTime(code, detail if isinstance(detail, str) else text[:500])
 
 
 class InputRejected(Exception):
@@ -268,6 +298,7 @@ class RunnerClient:
         webhook: str,
         tenant: str | None = None,
         priority: str = Priority.NORMAL,
+        deadline: float | None = None,
     ) -> SnapshotFeed | None:
         """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
 
@@ -279,10 +310,12 @@ class RunnerClient:
 
         Accepted may mean queued inside the runner: its ``start`` snapshot says when it runs.
         ``X-Tenant-ID`` and ``X-Priority`` tell a Conduit runner whose work it is and how urgent
-        (a stock Cog server ignores them). Raises a ``RunnerRefused`` when it will not take the
-        prediction now.
+        (a stock Cog server ignores them). ``deadline`` is the seconds the prediction has left
+        (``X-Conduit-Deadline``). Raises a ``RunnerRefused`` when it will not take the
+        prediction now, ``OutOfTime`` when a model pool cannot run it in that time.
         """
-        return await self._put(prediction_id, input, webhook, tenant, priority, {})
+        extra = {} if deadline is None else {wire.DEADLINE: f"{max(0.0, deadline):.3f}"}
+        return await self._put(prediction_id, input, webhook, tenant, priority, extra)
 
     async def attach(
         self,
@@ -352,6 +385,8 @@ class RunnerClient:
         refusal = _refusal(response.status, response.headers, text[:500])
         if refusal is not None:
             raise refusal
+        if (out_of_time := _out_of_time(response.status, response.headers, text)) is not None:
+            raise out_of_time
         if response.status in (400, 422):
             raise InputRejected(text)
         raise RunnerError(f"runner answered {response.status}: {text[:500]}")

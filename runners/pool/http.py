@@ -10,7 +10,8 @@ at once when the model is ready, else after its load (and any eviction), or it i
 problem+json naming the code. Then it is proxied to the slot's backend; the permit is held until
 the prediction ends, also when it was answered early (``Prefer: respond-async``).
 
-A request's deadline (queue + load + run) is ``X-Conduit-Deadline: <seconds>`` or
+A request's deadline (queue + load + run) is ``X-Conduit-Deadline: <seconds>``
+(``runners.protocol.DEADLINE``, which a director sends on each start) or
 ``Prefer: wait=<seconds>``; ``X-Conduit-Keep-Alive: <seconds>`` asks for a keep-alive (capped);
 ``X-Priority`` orders the queue.
 
@@ -91,7 +92,6 @@ from runners.streaming import wants_stream
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 100 * 1024 * 1024
-DEADLINE = "X-Conduit-Deadline"
 KEEP_ALIVE = "X-Conduit-Keep-Alive"
 _PRIORITIES = {wire.Priority.LOW: -1, wire.Priority.NORMAL: 0, wire.Priority.HIGH: 1}
 _HOP_BY_HOP = frozenset(
@@ -142,11 +142,11 @@ class ModelTooLargeError(PoolRefusal):
 
 
 class DeadlineUnmeetableError(PoolRefusal):
-    status, code = 422, RejectCode.DEADLINE_UNMEETABLE.value
+    status, code = 422, wire.DeadlineCode.UNMEETABLE.value
 
 
 class DeadlineExceededError(PoolRefusal):
-    status, code = 504, RejectCode.DEADLINE_EXCEEDED.value
+    status, code = 504, wire.DeadlineCode.EXCEEDED.value
 
 
 class UnknownSlotError(PoolRefusal):
@@ -309,7 +309,7 @@ async def _proxy(
 
 def _ask(request: web.Request) -> Ask:
     headers = request.headers
-    deadline = _seconds(headers.get(DEADLINE), DEADLINE)
+    deadline = _seconds(headers.get(wire.DEADLINE), wire.DEADLINE)
     if deadline is None:
         for part in headers.get(wire.PREFER, "").split(","):
             key, _, value = part.strip().partition("=")

@@ -13,6 +13,10 @@ Conduit's additions, all ignored by (and absent from) a stock Cog server:
   snapshots down the response (:mod:`runners.streaming`); ``If-Match: *`` makes the ``PUT`` an
   attach that starts nothing (``412`` when the prediction is not running there).
 - ``X-Tenant-ID`` and ``X-Priority`` (and ``X-Cache-Mode`` / ``X-Cache-Tag``) on requests;
+  ``X-Conduit-Deadline: <seconds>`` on a start, the time left before the director gives the
+  prediction up: a model pool host refuses at once what it cannot load and run in that time
+  (``deadline_unmeetable``) and stops waiting for a load when it passes (``deadline_exceeded``);
+  a single runner does not read it.
   ``X-Queue-Wait-Ms``, ``X-GPU-Time-Ms``, ``X-Processing-Time``, ``X-Cache-Hit`` and
   ``X-Cache-Tokens-Reused`` on every prediction response.
 - The control API of the runner API spec (seed 004), whose documents are modelled with the
@@ -59,6 +63,8 @@ TENANT_ID: Final = "X-Tenant-ID"
 PRIORITY: Final = "X-Priority"
 CACHE_MODE: Final = "X-Cache-Mode"
 CACHE_TAG: Final = "X-Cache-Tag"
+DEADLINE: Final = "X-Conduit-Deadline"
+"""Seconds (a decimal) the prediction has left, covering queue + load + run on the runner."""
 
 # response headers
 RETRY_AFTER: Final = "Retry-After"
@@ -136,6 +142,16 @@ class ErrorCode(enum.StrEnum):
 
     QUEUE_FULL = "queue_full"
     RATE_LIMIT_EXCEEDED = "rate_limit_exceeded"
+
+
+class DeadlineCode(enum.StrEnum):
+    """``code`` of a model pool's problem+json refusing a start for its ``X-Conduit-Deadline``:
+    not a refusal to offer again later, the time it had is (or will be) gone."""
+
+    UNMEETABLE = "deadline_unmeetable"
+    """``422``: its load and run take longer than the time left (refused at once)."""
+    EXCEEDED = "deadline_exceeded"
+    """``504``: the time ran out while it waited (queue, eviction or load)."""
 
 
 class RunnerStatus(enum.StrEnum):
