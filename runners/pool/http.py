@@ -2,7 +2,7 @@
 
 Each slot is a Cog-protocol runner under ``/models/<name>/`` (``/``, ``health-check``,
 ``openapi.json``, ``predictions``, ``predictions/<id>``, ``predictions/<id>/cancel``, and its
-own ``v1/capabilities``), so a director's ``--runner-url http://host:port/models/<name>``
+own ``v1/capabilities`` and ``health``), so a director's ``--runner-url http://host:port/models/<name>``
 works unchanged. A new prediction first takes a permit from the core (:mod:`runners.pool.host`):
 at once when the model is ready, else after its load (and any eviction), or it is refused --
 ``503`` + ``Retry-After`` (``queue_full``, ``cooldown``, ``load_failed``), ``422``
@@ -257,7 +257,7 @@ def _is_probe(request: web.Request) -> bool:
         return False
     path = request.path
     return path in wire.PROBE_PATHS or (
-        path.startswith("/models/") and path.endswith(wire.HEALTH_CHECK_PATH)
+        path.startswith("/models/") and path.endswith((wire.HEALTH_CHECK_PATH, wire.HEALTH_PATH))
     )
 
 
@@ -679,6 +679,31 @@ async def health(request: web.Request) -> web.Response:
     return _json(document, 503 if reasons else 200)
 
 
+async def slot_health_document(request: web.Request) -> web.Response:
+    """The spec's ``GET /health`` for one slot, as a single runner answers it, so a director
+    pointed at the slot is ready when the slot can serve: an idle slot loads on demand and is
+    healthy; one whose load failed (in its cooldown) or a pool that stops is not (503)."""
+    pool, name = request.app[POOL], request.match_info["model"]
+    pool.backend(name)
+    view = pool.view(name)
+    reasons = ["stopping"] if pool.host.closing else []
+    if view.state is SlotState.FAILED:
+        reasons.append(f"model {view.state.value}")
+    depth, max_depth = pool.core.queued(), pool.file.max_queue_depth
+    if max_depth and depth >= max_depth:
+        reasons.append("queue saturated")
+    document = HealthDocument(
+        status=wire.RunnerHealth.UNHEALTHY if reasons else wire.RunnerHealth.HEALTHY,
+        uptime=math.floor(time.monotonic() - pool.began),
+        models_loaded=1 if view.state is SlotState.READY else 0,
+        queue_depth=depth,
+        reasons=reasons,
+        model=ModelStatus(id=name, state=view.state.value),
+        queue=wire.QueueBounds(depth=depth, max_depth=max_depth),
+    )
+    return _json(document, 503 if reasons else 200)
+
+
 async def root_health_check(request: web.Request) -> web.Response:
     status = "UNHEALTHY" if request.app[POOL].host.closing else wire.HealthStatus.READY.value
     return _json({"status": status, "models": [m.name for m in request.app[POOL].file.models]})
@@ -840,6 +865,7 @@ def create_app(
     r.add_get(slot + wire.HEALTH_CHECK_PATH, slot_health)
     r.add_get(slot + wire.OPENAPI_PATH, slot_openapi)
     r.add_get(slot + wire.CAPABILITIES_PATH, slot_capabilities)
+    r.add_get(slot + wire.HEALTH_PATH, slot_health_document)
     r.add_post(slot + wire.PREDICTIONS_PATH, predict)
     r.add_put(slot + wire.PREDICTION_PATH, predict)
     r.add_post(slot + wire.CANCEL_PATH, cancel)

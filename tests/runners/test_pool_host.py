@@ -138,6 +138,9 @@ def test_a_failed_load_answers_503_with_retry_after_then_cools_down(pool: str) -
     assert slot["lastTransition"]["reason"].startswith("load_failed")
     health = httpx.get(f"{pool}/models/broken/health-check").json()
     assert health["status"] == "SETUP_FAILED"
+    spec_health = httpx.get(f"{pool}/models/broken/health")  # a runner's GET /health
+    assert spec_health.status_code == 503
+    assert spec_health.json()["reasons"] == ["model failed"]
 
 
 def test_what_can_never_be_served_is_refused_at_once(pool: str) -> None:
@@ -184,6 +187,21 @@ def test_each_slot_is_a_cog_runner_under_its_prefix(pool: str) -> None:
     per_slot = httpx.get(f"{pool}/models/b/v1/capabilities", headers=RUNNER_AUTH).json()
     assert [s["model"] for s in per_slot["slots"]] == ["b"]
     assert per_slot["queue"]["slots"] == 1
+
+
+def test_each_slot_answers_health_as_a_single_runner_does(pool: str) -> None:
+    """``GET /models/<name>/health``: the spec's document for the slot, without the token; an
+    idle slot (loaded on demand) is healthy, as a director pointed at it needs."""
+    idle = httpx.get(f"{pool}/models/b/health")
+    assert idle.status_code == 200
+    body = idle.json()
+    assert (body["status"], body["modelsLoaded"], body["reasons"]) == ("healthy", 0, [])
+    assert body["model"] == {"id": "b", "state": "idle"}
+    assert body["queue"] == {"depth": 0, "maxDepth": 64}
+    assert _predict(pool, "b", prompt="h").status_code == 200
+    loaded = httpx.get(f"{pool}/models/b/health").json()
+    assert (loaded["modelsLoaded"], loaded["model"]["state"]) == (1, "ready")
+    assert httpx.get(f"{pool}/models/nope/health").status_code == 404
 
 
 def test_admin_load_with_evict_and_unload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -310,8 +328,21 @@ def test_a_director_runs_a_prediction_on_a_slot(
     name = "test/pooled-b"
     admin.create_model(name, f"{url}/models/b")
     admin.create_deployment(name, name, shards=2, visibility="public")
-    director = launcher.director(name, f"{url}/models/b", concurrency=1)
+    receiver = free_port()
+    director = launcher.director(
+        name, f"{url}/models/b", concurrency=1, receiver_port=str(receiver)
+    )
+
+    def ready() -> dict[str, str] | None:
+        director.check_alive()
+        try:
+            response = httpx.get(f"http://127.0.0.1:{receiver}/readyz", timeout=5)
+        except httpx.HTTPError:
+            return None
+        return response.json()["checks"] if response.status_code == 200 else None
+
     try:
+        assert wait_for(ready, "director ready")["runner"] == "ok"
         created = create(
             client, f"/v1/deployments/{name}/predictions", input={"prompt": "d", "n": 2}
         )
