@@ -16,7 +16,8 @@ ones out. Hence, in this order, and before any query:
 
 Failures (2 to 5, and an inactive account's token) spend the address's budget; a query is
 paid for before it is made and refunded when the token is good, so concurrent requests cannot
-get more queries than the budget holds. The address is
+get more queries than the budget holds (requests joining a query under way add none and pay
+only if the token is refused). The address is
 the connection's peer, or what ``X-Forwarded-For`` says when the peer is a configured trusted
 proxy (``trusted_proxies``; the server applies it, see ``conduit.cli``). IPv6 clients are
 counted per /64, the block one host usually holds. The budget is per api process.
@@ -163,6 +164,10 @@ class AccountCache:
         self._unknown.move_to_end(token)
         return True
 
+    def loading(self, token: str) -> bool:
+        """Whether a query for this token is already under way (joining it costs none)."""
+        return token in self._loading
+
     async def lookup(self, token: str) -> AccountInfo | None:
         """Ask Postgres (once for all concurrent askers) and remember the answer."""
         task = self._loading.get(token) or self._start(token)
@@ -228,22 +233,37 @@ class Authenticator:
                 retry_after=wait,
             )
         if account is None and well_formed(token) and not self.accounts.unknown(token):
-            # Spent before the query, given back when the token proves good: requests that all
-            # arrive before the first answer would otherwise each get a query past the budget.
-            self.failures.spend(address)
-            try:
-                account = await self.accounts.lookup(token)
-            except Exception:
-                self.failures.refund(address)
-                raise
-            if account is not None and account.active:
-                self.failures.refund(address)
-                return account
-            raise Unauthenticated()
+            return await self._query(token, address)
         if account is None or not account.active:
             self.failures.spend(address)
             raise Unauthenticated()
         return account
+
+    async def _query(self, token: str, address: str) -> AccountInfo:
+        """Ask Postgres about a well-formed token neither cache knows.
+
+        A new query is paid for before it is made and given back when the token proves good:
+        requests that all arrive before the first answer would otherwise each get a query past
+        the budget. A request joining a query already under way costs nothing up front (it
+        adds no query) and pays like any failure if the token is refused: a client's burst of
+        requests with one new, valid token is never refused.
+        """
+        joined = self.accounts.loading(token)
+        if not joined:
+            self.failures.spend(address)
+        try:
+            account = await self.accounts.lookup(token)
+        except Exception:
+            if not joined:
+                self.failures.refund(address)
+            raise
+        if account is not None and account.active:
+            if not joined:
+                self.failures.refund(address)
+            return account
+        if joined:
+            self.failures.spend(address)
+        raise Unauthenticated()
 
 
 async def stream_capability(

@@ -84,6 +84,44 @@ async def test_a_valid_token_does_not_spend_the_budget_it_reserved() -> None:
         raise AssertionError("a made-up token was accepted")
 
 
+async def test_a_burst_with_one_new_valid_token_is_never_refused() -> None:
+    """Many requests with one token the process has not verified yet (a client opening 300
+    waits at once) share one query: joining it must not spend the address's budget."""
+    settings = ApiSettings(auth_failure_burst=2, auth_failures_per_minute=1)
+    good = _made_up_token()
+    account = AccountInfo(1, "alice", True, "whsec_x")
+    queries = 0
+
+    async def load(token: str) -> AccountInfo | None:
+        nonlocal queries
+        queries += 1
+        return account if token == good else None
+
+    auth = Authenticator(load, settings)
+    outcomes = await asyncio.gather(
+        *(auth.account(_request(good)) for _ in range(300)), return_exceptions=True
+    )
+    assert outcomes == [account] * 300, {type(o).__name__ for o in outcomes}
+    assert queries == 1
+
+
+async def test_requests_joining_a_refused_lookup_pay_for_the_failure() -> None:
+    """Joining costs nothing up front, but a refused token is still a failure for each."""
+    settings = ApiSettings(auth_failure_burst=3, auth_failures_per_minute=1)
+    bad = _made_up_token()
+
+    async def load(token: str) -> AccountInfo | None:
+        return None
+
+    auth = Authenticator(load, settings)
+    outcomes = await asyncio.gather(
+        *(auth.account(_request(bad)) for _ in range(10)), return_exceptions=True
+    )
+    assert all(isinstance(o, Unauthenticated) for o in outcomes), outcomes
+    with pytest.raises(RateLimited):  # the budget went with the failures
+        await auth.account(_request(_made_up_token()))
+
+
 def test_a_nan_predict_time_cannot_pass_the_observed_bound() -> None:
     """A runner (or anyone holding a webhook URL) reporting ``NaN`` must not slip past the
     clamp to the time the director observed: ``min(nan, x)`` is ``nan``."""
