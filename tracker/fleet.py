@@ -17,8 +17,6 @@ The runner token is never stored here: whoever calls a runner has it from its ow
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import enum
 import hashlib
@@ -33,7 +31,7 @@ import orjson
 from redis.asyncio import Redis
 
 from tracker.keys import FLEET_INDEX, fleet_entry_key
-from tracker.retry import TRANSIENT
+from tracker.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +203,7 @@ class FleetView:
         self._ready_versions: dict[str, tuple[FleetEntry, ...]] = {}
         #: ``time.monotonic()`` of the latest successful refresh; None before the first.
         self.refreshed_at: float | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._refreshes = Periodic("fleet-view", interval, self.refresh, "fleet view refresh", log)
 
     @property
     def entries(self) -> Mapping[str, FleetEntry]:
@@ -243,29 +241,11 @@ class FleetView:
     async def start(self) -> None:
         """Read once (a failure is logged, not raised), then keep refreshing in the
         background until :meth:`stop`."""
-        await self._refresh_logged()
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="fleet-view")
+        await self._refreshes.step_logged()
+        self._refreshes.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            await self._refresh_logged()
-
-    async def _refresh_logged(self) -> None:
-        try:
-            await self.refresh()
-        except TRANSIENT as error:
-            log.debug("fleet view not refreshed: %r", error)
-        except Exception:  # the view must keep refreshing whatever one round met
-            log.exception("fleet view refresh failed")
+        await self._refreshes.stop()
 
 
 def _signature(entries: Iterable[FleetEntry]) -> frozenset[FleetEntry]:

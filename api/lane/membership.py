@@ -15,8 +15,6 @@ heartbeat).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +22,7 @@ from collections.abc import Callable
 from redis.asyncio import Redis
 
 from tracker.keys import LANE_MEMBERS
+from tracker.periodic import Periodic
 from tracker.retry import TRANSIENT
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,7 @@ class Membership:
         self.ttl = ttl
         #: The members as last read, sorted; this replica alone before the first read.
         self.members: tuple[str, ...] = (me,)
-        self._task: asyncio.Task[None] | None = None
+        self._beats = Periodic("lane-membership", interval, self.beat, "lane heartbeat", log)
 
     async def beat(self) -> tuple[str, ...]:
         """Heartbeat, prune and read, in one round trip; the members, sorted."""
@@ -65,34 +64,16 @@ class Membership:
     async def start(self) -> None:
         """Join now (a failure is logged: the lane runs alone until Redis answers), then
         heartbeat in the background until :meth:`stop`."""
-        await self._beat_logged()
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="lane-membership")
+        await self._beats.step_logged()
+        self._beats.start()
 
     async def stop(self) -> None:
         """Leave: the others take over this replica's slices at their next heartbeat."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._beats.stop()
         try:
             await self.redis.zrem(LANE_MEMBERS, self.me)
         except TRANSIENT as error:
             log.info("lane: left without a word (%r); pruned in %g s", error, self.ttl)
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            await self._beat_logged()
-
-    async def _beat_logged(self) -> None:
-        try:
-            await self.beat()
-        except TRANSIENT as error:
-            log.debug("lane heartbeat missed: %r", error)
-        except Exception:  # the heartbeat must go on whatever one round met
-            log.exception("lane heartbeat failed")
 
 
 def _text(value: bytes | str) -> str:

@@ -13,8 +13,6 @@ anyway: that clears runners the core marked full after a refusal ("until the nex
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +21,7 @@ from api.lane.events import RunnerSlot
 from api.lane.shell import LaneShell
 from api.lane.slices import member_index, slice_runners
 from tracker.fleet import FleetEntry
+from tracker.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +46,10 @@ class LaneSupply:
         self._runners: dict[str, FleetEntry] = {}
         self._by_version: dict[str, str] = {}
         self._synced_at = float("-inf")
-        self._task: asyncio.Task[None] | None = None
+        # Nothing in a round is transient: whatever it raises is logged with its traceback.
+        self._rounds = Periodic(
+            "lane-supply", interval, self._round, "lane: runners sync", log, transient=()
+        )
 
     def runner(self, runner_id: str) -> FleetEntry | None:
         """A runner the lane knows (also one that left since it was dispatched to)."""
@@ -101,20 +103,10 @@ class LaneSupply:
 
     async def start(self) -> None:
         self.sync(force=True)
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="lane-supply")
+        self._rounds.start()
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._rounds.stop()
 
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            try:
-                self.sync(force=time.monotonic() - self._synced_at >= self.refresh)
-            except Exception:  # the lane must keep its view whatever one round met
-                log.exception("lane: runners not synced")
+    async def _round(self) -> None:
+        self.sync(force=time.monotonic() - self._synced_at >= self.refresh)
