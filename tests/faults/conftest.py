@@ -3,19 +3,14 @@ never the session's or the machine's shared servers."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from conduit.cli import migrate
 from conduit.services import PostgresServer, RedisServer, create_database
-from tests.faults.harness import RESULTS, Drill
-from tests.fixtures.admin import Admin
-from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL
-from tests.fixtures.processes import Launcher, base_env
+from tests.faults.harness import RESULTS, Drill, drill_stack
 
 
 class DrillServers:
@@ -42,22 +37,8 @@ def servers() -> Iterator[DrillServers]:
 @pytest.fixture
 def drill(servers: DrillServers, tmp_path: Path) -> Iterator[Drill]:
     database_url = create_database(servers.postgres.url, "drill")
-    migrate(database_url)
-    record = tmp_path / "invocations.txt"
-    env = base_env(database_url, servers.redis.url)
-    env["CONDUIT_FAULTY_RECORD"] = str(record)
-    env["CONDUIT_RUNNER_MODELS"] = FAULTY_MODEL
-    launcher = Launcher(env, tmp_path)
-    admin = Admin(database_url)
-    drill = Drill(launcher, admin, database_url, servers.redis.url, record)
-    try:
-        _, drill.api_url = launcher.api()
-        launcher.env["CONDUIT_PUBLIC_URL"] = drill.api_url
+    with drill_stack(Drill, database_url, servers.redis.url, tmp_path) as drill:
         yield drill
-    finally:
-        launcher.kill_all()  # a drill's processes owe nothing to anyone at the end
-        if os.environ.get("CONDUIT_DRILL_LOGS"):
-            print(f"drill logs: {tmp_path}")
 
 
 def register_faulty(drill: Drill, runner_url: str) -> None:

@@ -9,21 +9,26 @@ prediction's ``runs``).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import os
 import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import psycopg
 import redis
 
+from conduit.cli import migrate
 from tests.fixtures.admin import Admin
-from tests.fixtures.processes import Launcher, Proc
+from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL
+from tests.fixtures.processes import Launcher, Proc, base_env
 from tests.fixtures.waiting import wait_for
 from tracker.keys import events_key
 
@@ -110,16 +115,20 @@ class Drill:
             )
         except httpx.HTTPError:
             with self.lock:
-                self.refused[0] += 1
+                self.refuse(0, None)
             return None
         if response.status_code != 201:
             with self.lock:
-                self.refused[response.status_code] += 1
+                self.refuse(response.status_code, response)
             return None
         prediction_id: str = response.json()["id"]
         with self.lock:
             self.submitted.append(Submitted(prediction_id, token, deployment, time.monotonic()))
         return prediction_id
+
+    def refuse(self, status: int, response: httpx.Response | None) -> None:
+        """Record a create that was not a 201 (``status`` 0: no answer); under ``lock``."""
+        self.refused[status] += 1
 
     def load(
         self,
@@ -172,13 +181,44 @@ class Drill:
             return Counter()
         return Counter(line for line in self.record.read_text().splitlines() if line)
 
+    def redis_client(self) -> AbstractContextManager[Any]:
+        """A plain (synchronous) client of the drill's Redis, for its event streams."""
+        return redis.Redis.from_url(self.redis_url)
+
+    #: Whether event streams are keyed as on a cluster (``events_key(id, clustered=True)``).
+    clustered = False
+
     def done_events(self, ids: list[str]) -> Counter[str]:
         counts: Counter[str] = Counter()
-        with redis.Redis.from_url(self.redis_url) as r:
+        with self.redis_client() as r:
             for prediction_id in ids:
-                entries = r.xrange(events_key(prediction_id))
+                entries = r.xrange(events_key(prediction_id, clustered=self.clustered))
                 counts[prediction_id] = sum(1 for _, f in entries if f.get(b"type") == b"done")
         return counts
+
+
+D = TypeVar("D", bound=Drill)
+
+
+@contextlib.contextmanager
+def drill_stack(kind: type[D], database_url: str, redis_url: str, tmp_path: Path) -> Iterator[D]:
+    """A drill's stack on ``database_url`` (migrated here) and ``redis_url``: the faulty
+    model's runners record each invocation, an api is up; every process is killed at the end."""
+    migrate(database_url)
+    record = tmp_path / "invocations.txt"
+    env = base_env(database_url, redis_url)
+    env["CONDUIT_FAULTY_RECORD"] = str(record)
+    env["CONDUIT_RUNNER_MODELS"] = FAULTY_MODEL
+    launcher = Launcher(env, tmp_path)
+    drill = kind(launcher, Admin(database_url), database_url, redis_url, record)
+    try:
+        _, drill.api_url = launcher.api()
+        launcher.env["CONDUIT_PUBLIC_URL"] = drill.api_url
+        yield drill
+    finally:
+        launcher.kill_all()  # a drill's processes owe nothing to anyone at the end
+        if os.environ.get("CONDUIT_DRILL_LOGS"):
+            print(f"drill logs: {tmp_path}")
 
 
 @dataclass

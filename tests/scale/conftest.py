@@ -8,10 +8,8 @@ run unchanged against the cluster. The drills start their own topologies (they k
 
 from __future__ import annotations
 
-import os
 import tempfile
 import uuid
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,11 +21,7 @@ from conduit.cli import migrate
 from conduit.redis_topologies import RedisClusterTopology
 from conduit.services import ServiceUrls, create_database
 from tests.conftest import admin, launcher, stack
-from tests.faults.harness import Drill
-from tests.fixtures.admin import Admin
-from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL
-from tests.fixtures.processes import Launcher, base_env
-from tracker.keys import events_key
+from tests.faults.harness import Drill, drill_stack
 
 __all__ = ["admin", "launcher", "stack"]  # the session's, declared again for the cluster
 
@@ -62,14 +56,10 @@ class ClusterDrill(Drill):
     them (``events_key(id, clustered=True)``)."""
 
     topology: RedisClusterTopology
+    clustered = True
 
-    def done_events(self, ids: list[str]) -> Counter[str]:
-        counts: Counter[str] = Counter()
-        with cluster_client(self.topology) as client:
-            for prediction_id in ids:
-                entries = client.xrange(events_key(prediction_id, clustered=True))
-                counts[prediction_id] = sum(1 for _, f in entries if f.get(b"type") == b"done")
-        return counts
+    def redis_client(self) -> RedisCluster:
+        return cluster_client(self.topology)
 
 
 @pytest.fixture
@@ -79,22 +69,9 @@ def cluster_drill(
     """The faults drill's stack (faulty model, fast failure detection) on the cluster, with a
     database of its own."""
     database_url = create_database(services.database_url, f"drill_{uuid.uuid4().hex[:12]}")
-    migrate(database_url)
-    record = tmp_path / "invocations.txt"
-    env = base_env(database_url, redis_cluster.url)
-    env["CONDUIT_FAULTY_RECORD"] = str(record)
-    env["CONDUIT_RUNNER_MODELS"] = FAULTY_MODEL
-    launcher = Launcher(env, tmp_path)
-    drill = ClusterDrill(launcher, Admin(database_url), database_url, redis_cluster.url, record)
-    drill.topology = redis_cluster
-    try:
-        _, drill.api_url = launcher.api()
-        launcher.env["CONDUIT_PUBLIC_URL"] = drill.api_url
+    with drill_stack(ClusterDrill, database_url, redis_cluster.url, tmp_path) as drill:
+        drill.topology = redis_cluster
         yield drill
-    finally:
-        launcher.kill_all()
-        if os.environ.get("CONDUIT_DRILL_LOGS"):
-            print(f"drill logs: {tmp_path}")
 
 
 def node_clients(topology: RedisClusterTopology) -> list[redis.Redis]:

@@ -18,23 +18,18 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psycopg
 import pytest
+from redis import Redis
 from redis.sentinel import Sentinel
 
-from conduit.cli import migrate
 from conduit.redis_topologies import SERVICE, SentinelTopology
 from conduit.services import ServiceUrls, create_database
-from tests.faults.harness import Drill, Submitted, verify
-from tests.fixtures.admin import Admin
-from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL
-from tests.fixtures.processes import Launcher, base_env
+from tests.faults.harness import Drill, drill_stack, verify
 from tests.fixtures.sse import read_stream
 from tests.fixtures.waiting import wait_for
-from tracker.keys import events_key
 
 
 class SentinelDrill(Drill):
@@ -44,41 +39,15 @@ class SentinelDrill(Drill):
     #: (status, Retry-After) of each create that was not a 201.
     refusals: list[tuple[int, str | None]]
 
-    def submit(
-        self,
-        token: str,
-        deployment: str,
-        input: dict[str, Any],
-        headers: dict[str, str] | None = None,
-    ) -> str | None:
-        try:
-            response = httpx.post(
-                f"{self.api_url}/v1/deployments/{deployment}/predictions",
-                json={"input": input},
-                headers={"Authorization": f"Bearer {token}"},
-                timeout=10,
-            )
-        except httpx.HTTPError:
-            with self.lock:
-                self.refusals.append((0, None))
-            return None
-        if response.status_code != 201:
-            with self.lock:
-                self.refusals.append((response.status_code, response.headers.get("retry-after")))
-            return None
-        prediction_id: str = response.json()["id"]
-        with self.lock:
-            self.submitted.append(Submitted(prediction_id, token, deployment, time.monotonic()))
-        return prediction_id
+    def refuse(self, status: int, response: httpx.Response | None) -> None:
+        self.refusals.append(
+            (status, None if response is None else response.headers.get("retry-after"))
+        )
 
-    def done_events(self, ids: list[str]) -> Counter[str]:
+    def redis_client(self) -> Redis:
         hosts = [("127.0.0.1", s.port) for s in self.topology.sentinels]
-        counts: Counter[str] = Counter()
-        with Sentinel(hosts).master_for(SERVICE) as master:
-            for prediction_id in ids:
-                entries = master.xrange(events_key(prediction_id))
-                counts[prediction_id] = sum(1 for _, f in entries if f.get(b"type") == b"done")
-        return counts
+        master: Redis = Sentinel(hosts).master_for(SERVICE)
+        return master
 
 
 @pytest.fixture
@@ -93,21 +62,10 @@ def drill(
     sentinel: SentinelTopology, services: ServiceUrls, tmp_path: Path
 ) -> Iterator[SentinelDrill]:
     database_url = create_database(services.database_url, f"drill_{uuid.uuid4().hex[:12]}")
-    migrate(database_url)
-    record = tmp_path / "invocations.txt"
-    env = base_env(database_url, sentinel.url)
-    env["CONDUIT_FAULTY_RECORD"] = str(record)
-    env["CONDUIT_RUNNER_MODELS"] = FAULTY_MODEL
-    launcher = Launcher(env, tmp_path)
-    drill = SentinelDrill(launcher, Admin(database_url), database_url, sentinel.url, record)
-    drill.topology = sentinel
-    drill.refusals = []
-    try:
-        _, drill.api_url = launcher.api()
-        launcher.env["CONDUIT_PUBLIC_URL"] = drill.api_url
+    with drill_stack(SentinelDrill, database_url, sentinel.url, tmp_path) as drill:
+        drill.topology = sentinel
+        drill.refusals = []
         yield drill
-    finally:
-        launcher.kill_all()
 
 
 def test_master_killed_under_load_loses_nothing(drill: SentinelDrill) -> None:
