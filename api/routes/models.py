@@ -6,7 +6,8 @@ as a name that does not exist (404, same detail), in lists too.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Request
 
@@ -107,6 +108,30 @@ def _key(item: ModelInfo | DeploymentInfo) -> PageKey:
     return PageKey(item.created_at, str(item.id))
 
 
+_Listed = TypeVar("_Listed", ModelInfo, DeploymentInfo)
+
+
+async def _page(
+    resources: Resources,
+    account: AccountInfo,
+    cursor: str | None,
+    url: str,
+    read: Callable[..., Awaitable[list[_Listed]]],
+) -> tuple[Sequence[_Listed], str | None, str | None]:
+    """One page of a newest-first list (``read``: ``catalog.list_models`` or
+    ``list_deployments``) and its next and previous URLs (``url``, a cursor appended)."""
+    limit = resources.settings.page_size
+    after, before = serving.read_cursor(cursor)
+    rows = await read(
+        resources.engine,
+        account,
+        after=_position(after) if after else None,
+        before=_position(before) if before else None,
+        limit=limit + 1,
+    )
+    return serving.keyset_page(rows, after, before, limit, f"{url}?cursor=", _key)
+
+
 @router.get(
     "/models",
     response_model=ModelPage,
@@ -118,17 +143,8 @@ async def list_models(
 ) -> FastJSONResponse:
     """The models this account may see (public ones, its own, those granted), newest first."""
     base = resources.base_url(request)
-    limit = resources.settings.page_size
-    after, before = serving.read_cursor(cursor)
-    models = await catalog.list_models(
-        resources.engine,
-        account,
-        after=_position(after) if after else None,
-        before=_position(before) if before else None,
-        limit=limit + 1,
-    )
-    page, next_url, previous_url = serving.keyset_page(
-        models, after, before, limit, f"{base}/v1/models?cursor=", _key
+    page, next_url, previous_url = await _page(
+        resources, account, cursor, f"{base}/v1/models", catalog.list_models
     )
     results = [render_model(model, await _latest(resources, model), base) for model in page]
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
@@ -173,17 +189,8 @@ async def list_deployments(
     """The deployments this account may use (public ones, its own, those granted), newest
     first."""
     base = resources.base_url(request)
-    limit = resources.settings.page_size
-    after, before = serving.read_cursor(cursor)
-    deployments = await catalog.list_deployments(
-        resources.engine,
-        account,
-        after=_position(after) if after else None,
-        before=_position(before) if before else None,
-        limit=limit + 1,
-    )
-    page, next_url, previous_url = serving.keyset_page(
-        deployments, after, before, limit, f"{base}/v1/deployments?cursor=", _key
+    page, next_url, previous_url = await _page(
+        resources, account, cursor, f"{base}/v1/deployments", catalog.list_deployments
     )
     results = [render_deployment(deployment) for deployment in page]
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
