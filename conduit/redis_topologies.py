@@ -77,7 +77,30 @@ class ClusterNode(RedisServer):
                 "--cluster-node-timeout", timeout]  # fmt: skip
 
 
-class RedisClusterTopology:
+class _Topology:
+    """Servers started together and stopped together (in :meth:`members` order); a context
+    manager."""
+
+    def members(self) -> list[RedisServer]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for server in self.members():
+            server.stop()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+class RedisClusterTopology(_Topology):
     """``masters`` cluster nodes on loopback, every slot assigned, no replicas.
 
     ``url`` is the ``redis+cluster://`` form Conduit's processes take.
@@ -122,17 +145,8 @@ class RedisClusterTopology:
 
         return all(_answers(node.port, ok) for node in self.nodes)
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def members(self) -> list[RedisServer]:
+        return list(self.nodes)
 
 
 class SentinelServer(RedisServer):
@@ -177,7 +191,7 @@ class SentinelServer(RedisServer):
         return (address[0].decode(), int(address[1])) if address else None
 
 
-class SentinelTopology:
+class SentinelTopology(_Topology):
     """A master, its replica and three sentinels (quorum 2), all on loopback.
 
     ``url`` is the ``redis+sentinel://`` form Conduit's processes take. ``kill_master`` crashes
@@ -269,14 +283,5 @@ class SentinelTopology:
         assert port is not None
         return port
 
-    def stop(self) -> None:
-        for server in [*self.sentinels, *self.servers]:
-            server.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def members(self) -> list[RedisServer]:
+        return [*self.sentinels, *self.servers]
