@@ -2,9 +2,9 @@
 
 ``X-Processing-Time`` is the wall-clock seconds this api spent on the request. With
 ``remote_time_forwarding`` on, a finished prediction's response also carries the runner's side:
-``X-Remote-Processing-Time`` (seconds it spent queued inside the runner plus running, summed
-over its runs) and ``X-Remote-Processing-Times`` (each run's, comma-separated). Both are left
-out when the runner reported no times (or the prediction is not finished).
+``X-Remote-Processing-Time`` (seconds it spent loading its model, queued inside the runner and
+running, summed over its runs) and ``X-Remote-Processing-Times`` (each run's, comma-separated).
+Both are left out when the runner reported no times (or the prediction is not finished).
 """
 
 from __future__ import annotations

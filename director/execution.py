@@ -18,7 +18,9 @@ at the limit, with the pool's reason.
 The times a runner reports are recorded (and billed) only as far as this director saw the run
 take (``RunnerTimes.within``): from its first offer of the prediction to the runner (for a run
 it follows after a restart, from the start an earlier attempt recorded) to the snapshot that
-ends it, on its own clock.
+ends it, on its own clock. A model pool host reports on the accepted start how long it held it
+(its model's cold start: ``load_time``; its queueing), added to the snapshots' times; a run
+followed after a restart has no such start and records none.
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class Execution:
         #: When this director first offered it to the runner (loop time): no run the runner
         #: reports can have begun before. The bound of the times it may report.
         self._offered_at: float | None = None
+        #: What a model pool host held the accepted start for (``Accepted.times``).
+        self._start_times = RunnerTimes()
         #: Reads the runner's snapshot stream, when it sends one (see ``RunnerClient.start``).
         self._feed_task: asyncio.Task[None] | None = None
         #: Next time (loop time) to look at the cancel flag in Postgres.
@@ -200,7 +204,7 @@ class Execution:
             if self._offered_at is None:
                 self._offered_at = self._loop.time()
             try:
-                feed = await self.runner.start(
+                accepted = await self.runner.start(
                     self.prediction_id,
                     input,
                     self.webhook,
@@ -209,8 +213,9 @@ class Execution:
                     deadline=self._limit_at - self._loop.time(),
                 )
                 self._accepted_at = self._loop.time()
-                if feed is not None:
-                    self._feed_task = asyncio.create_task(self._read_feed(feed))
+                self._start_times = accepted.times
+                if accepted.feed is not None:
+                    self._feed_task = asyncio.create_task(self._read_feed(accepted.feed))
                 return True
             except RunnerRefused as refusal:
                 metrics.RUNNER_REFUSALS.labels(refusal.reason).inc()
@@ -360,7 +365,8 @@ class Execution:
 
     async def _apply(self, snapshot: PredictionResponse) -> RowMapping | bool | None:
         """Apply one snapshot. Returns the terminal row, True if fenced out, None to go on."""
-        times = self._observed(RunnerTimes.from_metrics(snapshot.metrics))
+        reported = RunnerTimes.from_metrics(snapshot.metrics).with_start(self._start_times)
+        times = self._observed(reported)
         starts = snapshot.status is RunnerStatus.PROCESSING or (
             snapshot.status.is_terminal
             and self.tracker.announces_start

@@ -21,7 +21,8 @@ Exception tree::
 
 Each start carries the time the prediction has left (``X-Conduit-Deadline``), which a model pool
 host holds its queue, load and run to; a single Conduit runner and a stock Cog server do not
-read it.
+read it. A pool answers how long it held the start (``X-Conduit-Load-Time``,
+``X-Conduit-Queue-Wait``): :attr:`Accepted.times`.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from runners.protocol import (
     Priority,
 )
 from tracker.retry import UNREACHABLE
-from tracker.usage import UNKNOWN_HARDWARE
+from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 log = logging.getLogger(__name__)
 #: A snapshot stream lasts as long as its prediction: only connecting is bounded here.
@@ -282,6 +283,17 @@ class SnapshotFeed:
         self._response.release()
 
 
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A start the runner took."""
+
+    feed: SnapshotFeed | None
+    """Its snapshot stream (a Conduit runner's); None: its webhooks say what happens."""
+    times: RunnerTimes
+    """What a model pool host held it for before passing it on (``load_time``, and its
+    ``queue_wait_time``); empty from any other runner."""
+
+
 class RunnerClient:
     def __init__(
         self, base_url: str, session: aiohttp.ClientSession, token: str | None = None
@@ -299,13 +311,13 @@ class RunnerClient:
         tenant: str | None = None,
         priority: str = Priority.NORMAL,
         deadline: float | None = None,
-    ) -> SnapshotFeed | None:
+    ) -> Accepted:
         """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
 
         It also asks for the snapshot stream (``Accept: application/x-ndjson``): a Conduit
         runner answers with it, and the returned feed carries the snapshots that would
         otherwise come as webhooks; a stock Cog server ignores the header, answers 202, and
-        this returns None: its webhooks say what happens. Either way the webhook stays in the
+        the feed is None: its webhooks say what happens. Either way the webhook stays in the
         body, as the runner's fallback when a stream breaks off.
 
         Accepted may mean queued inside the runner: its ``start`` snapshot says when it runs.
@@ -333,9 +345,10 @@ class RunnerClient:
         second run.
         """
         try:
-            return await self._put(
+            accepted = await self._put(
                 prediction_id, input, webhook, tenant, priority, {wire.IF_MATCH: wire.ATTACH}
             )
+            return accepted.feed
         except RunnerError as error:
             if isinstance(error, _NotRunning):
                 return None
@@ -349,7 +362,7 @@ class RunnerClient:
         tenant: str | None,
         priority: str,
         extra_headers: dict[str, str],
-    ) -> SnapshotFeed | None:
+    ) -> Accepted:
         headers = {
             wire.PREFER: wire.RESPOND_ASYNC,
             wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}",
@@ -368,12 +381,16 @@ class RunnerClient:
                 response = await self.session.put(
                     url, json=body, headers=headers, timeout=_STREAM_TIMEOUT, allow_redirects=False
                 )
+                times = RunnerTimes.from_start(
+                    response.headers.get(wire.LOAD_TIME),
+                    response.headers.get(wire.POOL_QUEUE_WAIT),
+                )
                 if response.status == 200 and response.content_type == wire.NDJSON:
-                    return SnapshotFeed(response)
+                    return Accepted(SnapshotFeed(response), times)
                 try:
                     if response.status in (200, 201, 202):
                         await response.read()
-                        return None
+                        return Accepted(None, times)
                     text = await response.text()
                 finally:
                     response.release()

@@ -480,7 +480,8 @@ class PoolCore:
         slot.expires_at = None
         slot.keep_alive = self._ttl(w.keep_alive, self._specs[slot.model])
         self._granted[w.request_id] = _Granted(slot.model, now)
-        out.append(Grant(w.request_id, w.model, now - w.arrived))
+        cold = max(0.0, slot.ready_at - w.arrived)  # ready since it arrived: a warm hit
+        out.append(Grant(w.request_id, w.model, now - w.arrived, cold))
 
     def _ttl(self, requested: float | None, spec: ModelSpec) -> float | None:
         """Seconds of keep-alive (None: never idle-unload): request > model > pool."""

@@ -186,6 +186,10 @@ class Grant:
     request_id: str
     model: str
     waited_s: float
+    """Seconds from the request to this grant (queue, evictions and load)."""
+    load_s: float = 0.0
+    """The part of ``waited_s`` spent before the model was ready: the cold start (evictions
+    and the load) the request sat through; 0 when the model was ready when it arrived."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -265,9 +265,14 @@ def _is_probe(request: web.Request) -> bool:
 
 
 async def _proxy(
-    request: web.Request, backend: Backend, path: str, body: bytes | None = None
+    request: web.Request,
+    backend: Backend,
+    path: str,
+    body: bytes | None = None,
+    extra: dict[str, str] | None = None,
 ) -> web.StreamResponse:
-    """Forward the request to the backend and its answer back, streaming an NDJSON one."""
+    """Forward the request to the backend and its answer back, streaming an NDJSON one, with
+    the ``extra`` headers added to the answer."""
     url = backend.url
     if url is None:
         raise BackendUnreachableError("the model is not running")
@@ -288,6 +293,7 @@ async def _proxy(
         raise BackendUnreachableError(f"the model's server did not answer: {error!r}") from None
     try:
         answer = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
+        answer.update(extra or {})
         if upstream.content_type != wire.NDJSON:
             data = await upstream.read()
             return web.Response(body=data, status=upstream.status, headers=answer)
@@ -376,9 +382,19 @@ async def predict(request: web.Request) -> web.StreamResponse:
     key = prediction_id or uuid.uuid4().hex
     running.add(key)
     try:
-        return await _proxy(request, backend, path, raw)
+        return await _proxy(request, backend, path, raw, _waited(outcome))
     finally:
         pool.spawn(_settle(pool, backend, running, key, outcome))
+
+
+def _waited(grant: Grant) -> dict[str, str]:
+    """The start's time in the pool, as headers a director adds to the run's metrics: the cold
+    start it sat through (``X-Conduit-Load-Time``) and its queueing beyond that."""
+    times = {
+        wire.LOAD_TIME: grant.load_s,
+        wire.POOL_QUEUE_WAIT: max(0.0, grant.waited_s - grant.load_s),
+    }
+    return {name: f"{seconds:.6f}" for name, seconds in times.items() if seconds > 0}
 
 
 async def _settle(pool: Pool, backend: Backend, running: set[str], key: str, grant: Grant) -> None:

@@ -72,6 +72,12 @@ QUEUE_WAIT_MS: Final = "X-Queue-Wait-Ms"
 GPU_TIME_MS: Final = "X-GPU-Time-Ms"
 PROCESSING_TIME: Final = "X-Processing-Time"
 """Seconds (a decimal) the runner spent on the request."""
+LOAD_TIME: Final = "X-Conduit-Load-Time"
+"""Seconds (a decimal) a model pool held the start while its model was made ready (evictions
+and the load); absent when the model was ready."""
+POOL_QUEUE_WAIT: Final = "X-Conduit-Queue-Wait"
+"""Seconds (a decimal) a model pool queued the start for a permit once its model was ready;
+absent when it queued none."""
 CACHE_HIT: Final = "X-Cache-Hit"
 CACHE_TOKENS_REUSED: Final = "X-Cache-Tokens-Reused"
 RATE_LIMIT_LIMIT: Final = "X-RateLimit-Limit"

@@ -341,7 +341,7 @@ async def test_end_to_end_runners_require_the_token_and_directors_send_it(
             director = RunnerClient(url, http, RUNNER_TOKEN)
             capabilities = await director.capabilities()
             assert capabilities is not None and capabilities.kind != "cog"
-            feed = await director.start("e2", {"prompt": "x"}, "http://127.0.0.1:9/hook")
+            feed = (await director.start("e2", {"prompt": "x"}, "http://127.0.0.1:9/hook")).feed
             assert feed is not None
             try:
                 snapshots = [snapshot async for snapshot in feed.snapshots()]
