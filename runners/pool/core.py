@@ -487,9 +487,8 @@ class PoolCore:
         """Seconds of keep-alive (None: never idle-unload): request > model > pool."""
         if requested is not None:
             return requested
-        if spec.keep_alive is not None:
-            return None if spec.keep_alive < 0 else spec.keep_alive
-        return self.config.keep_alive
+        ttl = spec.keep_alive if spec.keep_alive is not None else self.config.keep_alive
+        return None if ttl < 0 else ttl
 
     def _end(
         self, w: Waiter, code: RejectCode, retry_after: float | None, out: list[Effect]

@@ -113,3 +113,16 @@ def test_load_time_is_bounded_by_what_the_director_saw(
 
 def test_a_load_time_alone_is_bounded_by_the_whole_window() -> None:
     assert RunnerTimes(load_time=3600.0).within(4.0) == RunnerTimes(load_time=4.0)
+
+
+def test_a_pool_wide_keep_alive_of_minus_one_never_idle_unloads() -> None:
+    """``keep_alive: -1`` for the whole pool means what it means for one model: a model stays
+    loaded after its last request (until it is evicted), rather than expiring at once."""
+    config = PoolConfig(models=(ModelSpec("a", GiB),), budget_bytes=10 * GiB, keep_alive=-1)
+    core = PoolCore(config, FixedProbe((10 * GiB,)))
+    core.handle(Start(0.0))
+    core.handle(Request("r1", "a", None, 1.0))
+    core.handle(LoadDone("a", GiB, 2.0))
+    effects = core.handle(ServeDone("r1", 3.0))
+    assert not any(isinstance(e, StartUnload) for e in effects)
+    assert next(v for v in core.slots() if v.model == "a").expires_at is None
