@@ -46,7 +46,6 @@ from director.settings import DirectorSettings
 from runners.protocol import HealthStatus
 from tracker import keys
 from tracker.batch_writes import StateWrites
-from tracker.redis_connect import require_noeviction
 from tracker.retry import TRANSIENT, backoff_delay
 
 log = logging.getLogger(__name__)
@@ -193,7 +192,6 @@ class Director:
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then let in-flight predictions finish."""
-        await require_noeviction(self.redis)
         await self.queue.ensure_groups(self.intake.streams)
         if self.read_order is not None:
             await self.read_order.refresh()

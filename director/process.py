@@ -30,6 +30,7 @@ from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
 from tracker.fleet import FleetRegistry
+from tracker.redis_connect import require_noeviction
 from tracker.render import sign_stream_urls
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
@@ -82,8 +83,15 @@ def _json(value: object) -> str:
 
 async def serve(settings: DirectorSettings) -> None:
     routes = settings.routes()
-    engine = make_engine(settings.database_url, pool_size=settings.concurrency + 4)
     redis = connect_redis(settings.redis_url)
+    try:
+        # Before anything starts (receiver, webhooks, the fleet entry): a director refused
+        # here has nothing to undo but this connection.
+        await require_noeviction(redis)
+    except BaseException:
+        await redis.aclose()
+        raise
+    engine = make_engine(settings.database_url, pool_size=settings.concurrency + 4)
     timeout = aiohttp.ClientTimeout(total=30, connect=5)
     session = aiohttp.ClientSession(
         timeout=timeout,
