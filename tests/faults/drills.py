@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tests.faults.harness import Drill, Outcome, verify
+from tests.fixtures import waiting
 
 
 def kill_directors(
@@ -57,7 +58,7 @@ def kill_directors(
         load = [
             (rng.choice(tokens), rng.choice(targets), {"n": 3, "delay": 0.1}) for _ in range(jobs)
         ]
-        drill.load(load, workers=workers, pace=lambda: time.sleep(pace))
+        drill.load(load, workers=workers, pace=lambda: waiting.pace(pace))
         drill.settle(timeout=settle)
     finally:
         stop.set()

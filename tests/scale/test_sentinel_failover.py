@@ -28,6 +28,7 @@ from redis.sentinel import Sentinel
 from conduit.redis_topologies import SERVICE, SentinelTopology
 from conduit.services import ServiceUrls, create_database
 from tests.faults.harness import Drill, drill_stack, verify
+from tests.fixtures import waiting
 from tests.fixtures.sse import read_stream
 from tests.fixtures.waiting import wait_for
 
@@ -80,7 +81,7 @@ def test_master_killed_under_load_loses_nothing(drill: SentinelDrill) -> None:
     follower = _Follower(drill.api_url, accounts[0], deployment)
     started = time.monotonic()
     load = threading.Thread(
-        target=drill.load, args=(jobs,), kwargs={"workers": 4, "pace": lambda: time.sleep(0.04)}
+        target=drill.load, args=(jobs,), kwargs={"workers": 4, "pace": lambda: waiting.pace(0.04)}
     )
     load.start()
     try:
