@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from runners.model import Model, ModelCacheFlush, PredictContext
 from runners.schema import InputField
+from tests.fixtures.waiting import apace
 
 WEIGHTS = 8 * 1024 * 1024
 
@@ -56,7 +57,7 @@ class ControlModel(Model):
         if ctx.cache is not None and (cached := ctx.cache.get(prompt)) is not None:
             ctx.cache_used(True, tokens_reused=len(prompt.split()))
             return str(cached)
-        await asyncio.sleep(inputs["delay"])
+        await apace(inputs["delay"])  # the simulated work
         result = f"{prompt}!"
         if ctx.cache is not None:
             ctx.cache.put(prompt, result, len(result))

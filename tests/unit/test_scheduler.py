@@ -44,8 +44,14 @@ async def test_cancel_while_queued_gives_the_place_up() -> None:
     scheduler = Scheduler(slots=1, max_queue_depth=1)
     running = scheduler.admit(Priority.NORMAL)
     queued = scheduler.admit(Priority.NORMAL)
-    waiter = asyncio.create_task(scheduler.acquire(queued))
-    await asyncio.sleep(0)  # let the waiter reach its await; not a timing assumption
+    reached = asyncio.Event()
+
+    async def wait_for_the_slot() -> None:
+        reached.set()  # acquire runs on from here, without yielding, up to its await
+        await scheduler.acquire(queued)
+
+    waiter = asyncio.create_task(wait_for_the_slot())
+    await reached.wait()
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
