@@ -28,7 +28,7 @@ from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
 from api.request_ids import RequestIds
-from api.routes import fleet, health, models, predictions, run, streams, usage, webhooks
+from api.routes import account, fleet, health, models, predictions, run, streams, usage, webhooks
 from api.settings import ApiSettings
 from director.queue import Queue
 from director.queue import connect as connect_redis
@@ -156,6 +156,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
     errors.install(app)
     openapi.install(app)
     app.include_router(predictions.router)
+    app.include_router(account.router)
     app.include_router(models.router)
     app.include_router(run.router)
     app.include_router(streams.router)

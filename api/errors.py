@@ -186,8 +186,24 @@ async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def undecodable_body(error: UnicodeDecodeError) -> RequestValidationError:
+    """A body whose bytes are not text (UTF-8, or UTF-16/32 after a BOM), refused as FastAPI
+    refuses JSON it cannot parse: a 400 naming where the bytes went wrong."""
+    invalid = {
+        "type": "json_invalid",
+        "loc": ("body", error.start),
+        "msg": "JSON decode error",
+        "input": {},
+        "ctx": {"error": f"not valid {error.encoding}: {error.reason}"},
+    }
+    return RequestValidationError([invalid])
+
+
 async def _on_http(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if isinstance(exc.__cause__, UnicodeDecodeError):
+        # FastAPI's "error parsing the body" for bytes that are not text.
+        return await _on_validation(request, undecodable_body(exc.__cause__))
     title = {404: "Not found", 405: "Method not allowed"}.get(exc.status_code, "Error")
     return problem_response(
         exc.status_code,

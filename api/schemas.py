@@ -92,6 +92,13 @@ class Prediction(BaseModel):
     )
 
 
+class Account(BaseModel):
+    type: Literal["user", "organization"]
+    username: str
+    name: str
+    github_url: str | None
+
+
 class PredictionPage(BaseModel):
     next: str | None = Field(description="URL of the next (older) page.")
     previous: str | None = Field(description="URL of the previous (newer) page.")

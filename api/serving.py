@@ -17,6 +17,7 @@ from api.errors import InvalidInput, NotFound
 from api.idempotency import Idempotency
 from api.json_input import canonical_input, text_problem
 from api.pagination import decode_cursor, encode_cursor
+from api.prediction_filters import PredictionFilters
 from api.priority import honoured
 from api.protocol import PredictionCreate
 from api.validation import check_input
@@ -227,19 +228,30 @@ async def get(
 
 
 async def list_page(
-    resources: Resources, account: AccountInfo, base_url: str, cursor: str | None
+    resources: Resources,
+    account: AccountInfo,
+    base_url: str,
+    cursor: str | None,
+    filters: PredictionFilters,
 ) -> dict[str, Any]:
     limit = resources.settings.page_size
     after, before = read_cursor(cursor)
     rows = await store.list_for_account(
-        resources.reads, account.id, after=after, before=before, limit=limit + 1
+        resources.reads,
+        account.id,
+        after=after,
+        before=before,
+        limit=limit + 1,
+        created_after=filters.created_after,
+        created_before=filters.created_before,
+        source=filters.source,
     )
     page, next_url, previous_url = keyset_page(
         rows,
         after,
         before,
         limit,
-        f"{base_url}/v1/predictions?cursor=",
+        f"{base_url}/v1/predictions?{filters.query()}cursor=",
         lambda row: PageKey(row["created_at"], row["id"]),
     )
     return {

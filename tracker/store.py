@@ -186,10 +186,20 @@ async def list_for_account(
     after: PageKey | None,
     before: PageKey | None,
     limit: int,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    source: str | None = None,
 ) -> list[RowMapping]:
-    """Newest first. ``after`` pages towards older rows, ``before`` towards newer ones."""
+    """Newest first. ``after`` pages towards older rows, ``before`` towards newer ones; only
+    rows created strictly between ``created_after`` and ``created_before``, from ``source``."""
     c = predictions.c
     query = select(predictions).where(c.account_id == account_id)
+    if created_after is not None:
+        query = query.where(c.created_at > created_after)
+    if created_before is not None:
+        query = query.where(c.created_at < created_before)
+    if source is not None:
+        query = query.where(c.source == source)
     if after is not None:
         query = query.where(
             or_(

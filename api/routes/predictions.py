@@ -5,16 +5,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from api import serving
 from api.deadlines import parse_cancel_after
 from api.deps import AccountDep, Resources, ResourcesDep
 from api.idempotency import from_request
 from api.openapi import CREATE_HEADERS, CREATED_HEADERS, operation, problems
+from api.prediction_filters import parse_filters
 from api.prefer import WaitEnd, parse_wait, wait_or_disconnect
 from api.priority import parse_priority_header
 from api.protocol import PredictionCreate
@@ -26,6 +27,10 @@ from tracker.states import Status
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
+
+AFTER = "Only predictions created after this ISO 8601 date-time (UTC when it has no offset)."
+BEFORE = "Only predictions created before this ISO 8601 date-time (UTC when it has no offset)."
+SOURCE = "Only predictions from this source: `api`, `web` or `sync` (the `/run` lane)."
 
 
 def _create(*statuses: int) -> dict[str, Any]:
@@ -172,10 +177,20 @@ async def create_deployment_prediction(
     openapi_extra=operation(),
 )
 async def list_predictions(
-    request: Request, account: AccountDep, resources: ResourcesDep, cursor: str | None = None
+    request: Request,
+    account: AccountDep,
+    resources: ResourcesDep,
+    cursor: str | None = None,
+    created_after: Annotated[str | None, Query(description=AFTER)] = None,
+    created_before: Annotated[str | None, Query(description=BEFORE)] = None,
+    source: Annotated[str | None, Query(description=SOURCE)] = None,
 ) -> FastJSONResponse:
+    """Newest first, 100 a page; the filters apply to every page the links lead to."""
+    filters = parse_filters(
+        {"created_after": created_after, "created_before": created_before, "source": source}
+    )
     base = resources.base_url(request)
-    return FastJSONResponse(await serving.list_page(resources, account, base, cursor))
+    return FastJSONResponse(await serving.list_page(resources, account, base, cursor, filters))
 
 
 @router.get(

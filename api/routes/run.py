@@ -36,7 +36,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from api import serving
 from api.deadlines import parse_cancel_after
 from api.deps import Resources, get_account, get_resources
-from api.errors import Problem, Unavailable
+from api.errors import Problem, Unavailable, undecodable_body
 from api.json_input import canonical_input
 from api.lane import runner_call
 from api.lane.events import Dispatch, Fail, Outcome, Reject, RejectReason, band_of
@@ -213,6 +213,8 @@ def _json_or_problem(raw: bytes) -> Any:
             "ctx": {"error": error.msg},
         }
         raise RequestValidationError([invalid]) from None
+    except UnicodeDecodeError as error:
+        raise undecodable_body(error) from None
 
 
 def _wants_events(accept: str | None) -> bool:

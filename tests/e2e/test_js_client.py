@@ -115,6 +115,8 @@ def test_create_get_list_cancel_and_wait(js: Scenario, stack: Stack) -> None:
     assert seen["finished"]["status"] == "succeeded"
     assert seen["finished"]["output"] == ["quick-0", "quick-1"]
     assert seen["canceled"]["status"] == "canceled"
+    assert seen["account"]["type"] == "organization"
+    assert seen["account"]["username"] == seen["account"]["name"]
 
 
 def test_validate_webhook_with_the_account_secret(js: Scenario, stack: Stack) -> None:

@@ -81,3 +81,16 @@ def test_errors_surface_as_replicate_errors(client: replicate.Client, stack: Sta
         assert error.detail is not None and "input.n" in error.detail
     else:
         raise AssertionError("invalid input was accepted")
+
+
+def test_the_current_account_checks_the_token(stack: Stack, token: str) -> None:
+    official = replicate.Client(api_token=token, base_url=stack.api_url)
+    account = official.accounts.current()
+    assert account.type == "organization"
+    assert account.username == account.name
+    official._client.close()
+    wrong = replicate.Client(api_token="r8_" + "x" * 40, base_url=stack.api_url)
+    with pytest.raises(ReplicateError) as refused:
+        wrong.accounts.current()
+    assert refused.value.status == 401
+    wrong._client.close()

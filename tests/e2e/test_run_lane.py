@@ -107,6 +107,18 @@ def test_bad_input_is_refused_as_predictions_refuse_it(client: httpx.Client) -> 
     assert ran["errors"] == created["errors"]
 
 
+def test_a_body_that_is_not_utf8_is_a_400_problem_as_on_create(client: httpx.Client) -> None:
+    _ready_run(client, RUN, {"input": {}})
+    for raw in (b"\xff\xfe\x00{", b'{"input": {"prompt": "\xc3\x28"}}', b"\x80"):
+        broken = {"content": raw, "headers": {"Content-Type": "application/json"}}
+        ran = assert_problem(client.post(RUN, **broken), 400)  # type: ignore[arg-type]
+        created = assert_problem(
+            client.post(f"/v1/deployments/{ECHO}/predictions", **broken),  # type: ignore[arg-type]
+            400,
+        )
+        assert ran["errors"] == created["errors"]
+
+
 def test_a_private_deployment_is_not_found(
     stack: Stack, launcher: Launcher, admin: Admin, client: httpx.Client
 ) -> None:

@@ -60,7 +60,9 @@ async function lifecycle({ version, slow, quick }) {
   const canceling = await replicate.predictions.cancel(long.id);
   const finished = await replicate.wait(short, { interval: 100 });
   const canceled = await replicate.wait(long, { interval: 100 });
+  const account = await replicate.accounts.current();
   return {
+    account,
     created: [summary(long), summary(short)],
     got: summary(got),
     listed: page.results.map((p) => p.id),
