@@ -155,6 +155,15 @@ def _retry() -> Retry:
     return Retry(ExponentialBackoff(cap=0.5, base=0.01), retries=3)
 
 
+#: No read timeout on a command's reply (a URL's ``?socket_timeout=`` still sets one). redis-py
+#: 8 reads with a 5 s timeout by default, kept on the event loop's clock: after a pause of the
+#: process longer than that (SIGSTOP, a VM or GC stall) the timeout fires on resume even though
+#: the reply already waits in the socket, the reply is thrown away and the command is sent
+#: again. A director's blocking XREADGROUP then leaves the entries Redis handed it pending for
+#: it with nobody running them, until the visibility timeout; a script or XADD runs twice.
+NO_READ_TIMEOUT: dict[str, Any] = {"socket_timeout": None}
+
+
 def connect(url: str, max_connections: int | None = None, client_name: str | None = None) -> Redis:
     """One Redis client (and pool) per process.
 
@@ -168,6 +177,7 @@ def connect(url: str, max_connections: int | None = None, client_name: str | Non
         if max_connections is not None:
             pool = BlockingConnectionPool.from_url(
                 url,
+                **NO_READ_TIMEOUT,
                 max_connections=max_connections,
                 timeout=None,
                 client_name=client_name,
@@ -176,7 +186,11 @@ def connect(url: str, max_connections: int | None = None, client_name: str | Non
             )
             return Redis.from_pool(pool)
         client: Redis = Redis.from_url(
-            url, health_check_interval=30, retry=_retry(), client_name=client_name
+            url,
+            **NO_READ_TIMEOUT,
+            health_check_interval=30,
+            retry=_retry(),
+            client_name=client_name,
         )
         return client
     parsed = parse_url(url)
@@ -252,6 +266,7 @@ def _sentinel_master(
     parsed: RedisUrl, max_connections: int | None, client_name: str | None
 ) -> Redis:
     kwargs: dict[str, Any] = {
+        **NO_READ_TIMEOUT,
         "db": parsed.db,
         "client_name": client_name,
         "health_check_interval": 30,
@@ -287,8 +302,8 @@ def _cluster(parsed: RedisUrl, max_connections: int | None, client_name: str | N
     kwargs = parsed.server_kwargs()
     if max_connections is not None:
         kwargs["max_connections"] = max_connections
-    # No read timeout, as on a single Redis (redis-py's cluster default is 5 s): a blocking
-    # read waits its whole block, and a read cut short is retried by the client.
+    # No read timeout, as on a single Redis (NO_READ_TIMEOUT): a blocking read waits its whole
+    # block, and a read cut short is retried by the client.
     kwargs.setdefault("socket_timeout", None)
     cluster = _Cluster(
         startup_nodes=[ClusterNode(host, port) for host, port in parsed.hosts],
