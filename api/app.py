@@ -20,16 +20,20 @@ from fastapi import FastAPI
 
 from api import errors, openapi
 from api.auth import Authenticator
+from api.body_auth import AuthenticateBeforeBody
 from api.cache import Catalog
 from api.deps import Resources
+from api.encoding import RefuseContentEncoding
 from api.event_hub import EventHub
 from api.lane.service import Lane
 from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
+from api.rate_limits import CreateRateLimit
 from api.request_ids import RequestIds
 from api.routes import account, fleet, health, models, predictions, run, streams, usage, webhooks
 from api.settings import ApiSettings
+from api.waiter_shares import WaiterShares
 from director.queue import Queue
 from director.queue import connect as connect_redis
 from tracker import catalog
@@ -101,6 +105,11 @@ def create_app(settings: ApiSettings) -> FastAPI:
             settings.max_waiters,
             settings.events_block_ms,
             HUB_CLIENT_NAME,
+            WaiterShares.of(
+                settings.max_waiters,
+                settings.max_waiters_per_account,
+                settings.max_waiters_per_prediction,
+            ),
         )
         signer = StreamUrlSettings().signer(redis)
         # Not fatal: with Redis away the api still starts, and retries on later requests.
@@ -108,7 +117,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
         sign_stream_urls(signer)
         policy = WebhookSettings().policy(settings.public_url or "")
         webhook_session = open_session(policy)
-        dispatcher = Dispatcher(engine, policy, webhook_session)
+        dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
         app.state.resources = Resources(
             settings=settings,
             engine=engine,
@@ -124,6 +133,9 @@ def create_app(settings: ApiSettings) -> FastAPI:
             new_predictions=Batcher(functools.partial(insert_predictions, engine)),
             replica=replica,
             lane=Lane(redis, engine, settings, on_wait=app.state.metrics.lane_wait.observe),
+            create_limit=CreateRateLimit.configured(
+                redis, settings.create_rate_limit, settings.create_rate_burst
+            ),
         )
         await app.state.resources.lane.start()
         dispatcher.start()
@@ -165,6 +177,14 @@ def create_app(settings: ApiSettings) -> FastAPI:
     app.include_router(fleet.router)
     app.include_router(health.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Outside the size limit: an encoded body is refused before a byte of it is counted.
+    app.add_middleware(RefuseContentEncoding)
+    # Outside the size limit: a request with a body is authenticated before anything of it is
+    # read or judged.
+    app.add_middleware(
+        AuthenticateBeforeBody,
+        authenticator=lambda: getattr(getattr(app.state, "resources", None), "auth", None),
+    )
     # Metrics and request ids: one registry per app; the id outermost, so that every answer
     # (a refused body's too) carries it.
     app.state.metrics = ApiMetrics()

@@ -64,7 +64,12 @@ def bearer_token(request: Request) -> str | None:
 
 def client_address(request: Request) -> str:
     """The address failures are counted against (an IPv6 address stands for its /64)."""
-    host = request.client.host if request.client else ""
+    return address_key(request.client.host if request.client else "")
+
+
+def address_key(host: str) -> str:
+    """What a client address counts as: itself, or for IPv6 its /64 (the block one host
+    usually holds); an IPv4-mapped IPv6 address is its IPv4 address."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

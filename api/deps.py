@@ -14,6 +14,7 @@ from api.auth import Authenticator
 from api.cache import Catalog
 from api.event_hub import EventHub
 from api.lane.service import Lane
+from api.rate_limits import CreateRateLimit
 from api.settings import ApiSettings
 from director.queue import Queue
 from tracker.capabilities import StreamSigner
@@ -49,6 +50,8 @@ class Resources:
     replica: AsyncEngine | None = None
     #: The synchronous lane (``/run``): permits, queue and runners of this replica.
     lane: Lane | None = None
+    #: Each account's rate of creates, shared by the replicas (None: not limited).
+    create_limit: CreateRateLimit | None = None
 
     @property
     def reads(self) -> AsyncEngine:
@@ -80,3 +83,10 @@ async def get_account(request: Request, resources: ResourcesDep) -> AccountInfo:
 
 
 AccountDep = Annotated[AccountInfo, Depends(get_account)]
+
+
+async def limit_creates(resources: ResourcesDep, account: AccountDep) -> None:
+    """One create of the account, against its rate (``api.rate_limits``): 429 past it. A
+    dependency of every create route; ``/run`` calls it itself."""
+    if resources.create_limit is not None:
+        await resources.create_limit.check(account.id)

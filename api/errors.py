@@ -13,13 +13,17 @@ Exception tree::
     ├── Conflict            409: the request collides with one still in progress (may carry
     │                            Retry-After), e.g. a create reusing an ``Idempotency-Key``
     ├── PayloadTooLarge     413: body over ``max_body_bytes``
+    ├── UnsupportedEncoding 415: a body sent with a ``Content-Encoding`` (never decoded;
+    │                            ``code: "unsupported_content_encoding"``)
     ├── RateLimited         429: too many failed authentications from the client's address
     │                            (``code: "rate_limited"``, with Retry-After)
     └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
 
 A problem may carry ``code``, a stable machine-readable name beside the human ``detail``.
 
-Database errors: only a connection-level failure (``tracker.retry.TRANSIENT``) is a 503. A value
+Database errors: only a connection-level failure (``tracker.retry.TRANSIENT``) is a 503, and so
+is a wait for a pooled connection that ran out (``CONDUIT_DATABASE_POOL_TIMEOUT``: every
+connection busy, e.g. behind a lock another client holds): an outage, never a 500. A value
 Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400, a
 constraint it enforces (``IntegrityError``) a 409; any other is a 500: never "unreachable".
 """
@@ -34,6 +38,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tracker.retry import TRANSIENT
@@ -112,6 +117,21 @@ class Conflict(Problem):
 class PayloadTooLarge(Problem):
     status = 413
     title = "Request body too large"
+
+
+class UnsupportedEncoding(Problem):
+    status = 415
+    title = "Unsupported Media Type"
+
+    def __init__(self, encoding: str) -> None:
+        detail = f"Request bodies are not decoded: send it without Content-Encoding ({encoding!r})."
+        super().__init__(
+            detail,
+            errors=[{"field": "Content-Encoding", "message": detail}],
+            # RFC 9110 §15.5.16: the codings that would have been accepted.
+            headers={"Accept-Encoding": "identity"},
+            code="unsupported_content_encoding",
+        )
 
 
 class RateLimited(Problem):
@@ -255,6 +275,19 @@ async def _on_backend(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_pool_timeout(request: Request, exc: Exception) -> JSONResponse:
+    """No database connection came free in time: the database is slow or something holds it
+    (a lock), not this request's fault, and a retry shortly may well succeed."""
+    log.warning("database busy on %s: %r", request.url.path, exc)
+    return problem_response(
+        503,
+        "Service unavailable",
+        "The database is busy; retry shortly.",
+        instance=request.url.path,
+        headers={"Retry-After": "5"},
+    )
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s", request.url.path)
     return problem_response(
@@ -267,5 +300,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(DBAPIError, _on_database)
+    app.add_exception_handler(PoolTimeout, _on_pool_timeout)
     app.add_exception_handler(RedisError, _on_backend)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -23,6 +23,10 @@ prediction's own tag it would be one blocking read, and one connection, per wait
 of every watched stream each round.) A reader that finds its slot moved (failover, resharding)
 asks the cluster client again where the slot lives and reconnects there.
 
+Places are bounded twice: ``max_waiters`` in all, and each account's and each prediction's share
+of them (``api.waiter_shares``), so that one account, or one leaked stream URL, cannot take
+every place of the process.
+
 ``release()`` (shutdown) ends every subscription at once with ``released`` set; later
 subscriptions are refused (``subscribe`` returns None) so that a closing process answers
 waiters at once rather than holding them.
@@ -33,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
+from api.waiter_shares import WaiterShares
 from tracker import redis_connect
 from tracker.events import Event, EventLog, EventType
 from tracker.keys import events_key, slot_tag
@@ -58,10 +63,15 @@ def _position(event_id: str) -> tuple[int, int]:
 class Subscription:
     """One waiter's view of one prediction's events, in order, after ``after``."""
 
-    def __init__(self, hub: EventHub, key: str, after: str) -> None:
+    def __init__(
+        self, hub: EventHub, key: str, after: str, prediction_id: str, account: Hashable | None
+    ) -> None:
         self._hub = hub
         self.key = key
         self.after = after
+        self.prediction_id = prediction_id
+        #: Whose share of the hub's places this subscription holds.
+        self.account = account
         self._events: asyncio.Queue[Event | None] = asyncio.Queue()
         #: Set when the hub let go of its waiters (the process is shutting down).
         self.released = False
@@ -91,10 +101,19 @@ class EventHub:
     """Subscriptions to prediction event streams, served by one reading task (per hash tag in
     a Redis Cluster: :class:`ClusterEventHub`)."""
 
-    def __init__(self, reader: Redis, waker: Redis, max_waiters: int, block_ms: int = 250) -> None:
+    def __init__(
+        self,
+        reader: Redis,
+        waker: Redis,
+        max_waiters: int,
+        block_ms: int = 250,
+        shares: WaiterShares | None = None,
+    ) -> None:
         """``reader``: a single-connection client (its ``CLIENT ID`` is the one ``CLIENT
-        UNBLOCK`` names); ``waker``: any pooled client, to send the wake-ups."""
+        UNBLOCK`` names); ``waker``: any pooled client, to send the wake-ups; ``shares``: each
+        account's and prediction's share of ``max_waiters`` (none: no shares)."""
         self.max_waiters = max_waiters
+        self.shares = shares or WaiterShares()
         self.block_ms = block_ms
         #: Hash tag -> stream key -> its subscriptions ("" holds every key on a single Redis).
         self._subs: dict[str, dict[str, set[Subscription]]] = {}
@@ -105,14 +124,20 @@ class EventHub:
 
     @classmethod
     def for_url(
-        cls, url: str, waker: Redis, max_waiters: int, block_ms: int, client_name: str
+        cls,
+        url: str,
+        waker: Redis,
+        max_waiters: int,
+        block_ms: int,
+        client_name: str,
+        shares: WaiterShares | None = None,
     ) -> EventHub:
         """The hub for the Redis of ``url`` (``waker``: the process's client of it)."""
         if redis_connect.is_cluster(waker):
-            return ClusterEventHub(url, waker, max_waiters, block_ms, client_name)
+            return ClusterEventHub(url, waker, max_waiters, block_ms, client_name, shares)
 
         reader = redis_connect.connect_dedicated(url, client_name)
-        return cls(reader, waker, max_waiters, block_ms)
+        return cls(reader, waker, max_waiters, block_ms, shares)
 
     @property
     def waiters(self) -> int:
@@ -132,12 +157,17 @@ class EventHub:
     def _reader(self, tag: str) -> _Reader:
         return self._readers[tag]
 
-    def subscribe(self, prediction_id: str, after: str = "0") -> Subscription | None:
-        """Follow ``prediction_id``'s events after ``after``; None when the hub is full or
-        released (the caller answers without waiting)."""
+    def subscribe(
+        self, prediction_id: str, after: str = "0", account: Hashable | None = None
+    ) -> Subscription | None:
+        """Follow ``prediction_id`` (of ``account``)'s events after ``after``; None when the
+        hub is released, full, or holds the account's or the prediction's share already (the
+        caller answers without waiting)."""
         if self.released or self._count >= self.max_waiters:
             return None
-        sub = Subscription(self, self.key(prediction_id), after)
+        if not self.shares.admit(account, prediction_id):
+            return None
+        sub = Subscription(self, self.key(prediction_id), after, prediction_id, account)
         tag = self._tag(sub.key)
         self._subs.setdefault(tag, {}).setdefault(sub.key, set()).add(sub)
         self._count += 1
@@ -155,6 +185,7 @@ class EventHub:
             return
         subs.discard(sub)
         self._count -= 1
+        self.shares.release(sub.account, sub.prediction_id)
         if not subs:
             del streams[sub.key]
 
@@ -310,9 +341,15 @@ class ClusterEventHub(EventHub):
     """The hub in a Redis Cluster: one reader per event-stream hash tag with waiters."""
 
     def __init__(
-        self, url: str, cluster: Redis, max_waiters: int, block_ms: int, client_name: str
+        self,
+        url: str,
+        cluster: Redis,
+        max_waiters: int,
+        block_ms: int,
+        client_name: str,
+        shares: WaiterShares | None = None,
     ) -> None:
-        super().__init__(cluster, cluster, max_waiters, block_ms)
+        super().__init__(cluster, cluster, max_waiters, block_ms, shares)
         self._readers.clear()
         self._url = url
         self.waker = cluster

@@ -31,8 +31,9 @@ _PROBLEMS: dict[int, str] = {
     409: "A create with this Idempotency-Key is still in progress; retry after Retry-After.",
     413: "The request body is larger than the server accepts.",
     422: "A field of the request failed validation; errors names each one.",
-    429: "Too many failed authentications from this address (code rate_limited); retry after "
-    "Retry-After. A token this server has already verified is not refused.",
+    429: "Too many failed authentications from this address, or on a create too many creates "
+    "by this account (code rate_limited); retry after Retry-After. A token this server has "
+    "already verified is not refused for failed authentications.",
     502: "The runner failed the call, on every attempt the lane allowed (code runner_failed).",
     503: "Postgres or Redis is unreachable; retry after Retry-After.",
 }

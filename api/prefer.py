@@ -3,7 +3,8 @@
 The wait follows the prediction's event stream through the process's one reader
 (``api.event_hub``: no Redis connection per waiter, no Postgres polling) and races the client's
 disconnect: a client that goes away ends the wait, never the prediction. A process holding its
-most waiters, or shutting down, answers at once instead.
+most waiters (or the account's or the prediction's share of them, ``api.waiter_shares``), or
+shutting down, answers at once instead.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+from collections.abc import Hashable
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -47,7 +49,9 @@ class WaitEnd(enum.Enum):
     TIMED_OUT = "timed out"  # the wait ran out first
     CLIENT_LEFT = "client left"  # the client disconnected first
     RELEASED = "released"  # the process began shutting down
-    DECLINED = "declined"  # the process already holds its most waiters: no wait at all
+    #: The process already holds its most waiters, or the account's or the prediction's
+    #: share of them: no wait at all.
+    DECLINED = "declined"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +81,14 @@ async def _disconnected(request: Request) -> None:
 
 
 async def wait_or_disconnect(
-    request: Request, hub: EventHub, prediction_id: str, seconds: float
+    request: Request,
+    hub: EventHub,
+    prediction_id: str,
+    seconds: float,
+    account: Hashable | None = None,
 ) -> Waited:
-    subscription = hub.subscribe(prediction_id)
+    """Wait for ``prediction_id`` (of ``account``, whose share of the waiters it takes)."""
+    subscription = hub.subscribe(prediction_id, account=account)
     if subscription is None:
         return Waited(WaitEnd.RELEASED if hub.released else WaitEnd.DECLINED)
     waiter = asyncio.ensure_future(wait_for_done(subscription, seconds))

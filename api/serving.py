@@ -157,7 +157,7 @@ async def create(
     if webhook is not None:
         _check_text("webhook" if body.webhook is not None else "webhook_completed", webhook)
         try:
-            check_webhook_url(webhook, resources.webhooks.allow)
+            check_webhook_url(webhook, resources.webhooks.allow, refused=resources.webhooks.refused)
         except BlockedAddress as error:
             raise InvalidInput(str(error), errors=[_err("webhook", str(error))]) from error
     target = destination.target

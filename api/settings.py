@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from api.rate_limits import parse_limit
 
 
 class ApiSettings(BaseSettings):
@@ -65,6 +67,13 @@ class ApiSettings(BaseSettings):
     #: Most ``Prefer: wait`` and SSE waiters per process; past it ``Prefer: wait`` answers at
     #: once with the prediction ``starting`` (never an error).
     max_waiters: int = Field(10_000, ge=0)
+    #: Most of those one account may hold (unset: half of ``max_waiters``, rounded up, as the
+    #: ``/run`` lane shares its queue); past it that account's ``Prefer: wait`` answers at once
+    #: and its SSE gets 503, while other accounts still wait.
+    max_waiters_per_account: int | None = Field(None, ge=0)
+    #: Most one prediction may hold (unset: half its account's share): a leaked stream URL
+    #: costs its account no more than this.
+    max_waiters_per_prediction: int | None = Field(None, ge=0)
     #: Longest block, in milliseconds, of the process's one event read: bounds how late a
     #: waiter that joins during a read is served when its wake-up misses that read.
     events_block_ms: int = Field(250, ge=10)
@@ -76,9 +85,42 @@ class ApiSettings(BaseSettings):
             "CONDUIT_REMOTE_TIME_FORWARDING", "CONDUIT_API_REMOTE_TIME_FORWARDING"
         ),
     )
+    #: Predictions one account may create (every create route and ``/run``), shared by every
+    #: api replica (counted in Redis): ``600req/min``, ``10/s``…; ``off``: no limit. Past it:
+    #: 429 ``rate_limited`` with ``Retry-After``.
+    create_rate_limit: str = "600req/min"
+    #: Creates an account may make at once before the rate applies (unset: the limit's count).
+    create_rate_burst: int | None = Field(None, ge=1)
     #: Deepest nesting accepted in a prediction's ``input`` (the object itself is level 1);
     #: deeper inputs get 422.
     max_input_depth: int = Field(64, ge=1, le=200)
+
+    @field_validator("create_rate_limit")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_limit(value)  # a ValueError names what is wrong
+        return value
+
+    # Connections (api.connections): what one client connection may hold, and for how long.
+    #: Seconds a request's head may take, from the connection's opening or its first byte.
+    head_timeout: float = Field(10.0, gt=0)
+    #: Longest request head (request line and headers), in bytes; longer gets 431.
+    max_head_bytes: int = Field(64 * 1024, ge=1024)
+    #: Most header fields in a request; more gets 431.
+    max_headers: int = Field(100, ge=1)
+    #: Seconds of each window in which a request body must bring ``body_min_rate`` bytes a
+    #: second; a body that stalls or drips is ended (408).
+    body_timeout: float = Field(20.0, gt=0)
+    body_min_rate: float = Field(256.0, ge=0)
+    #: Seconds a connection may leave its answers unread before it is dropped.
+    send_timeout: float = Field(60.0, gt=0)
+    #: Most connections open at once, and from one client address (IPv6: per /64; trusted
+    #: proxies count only towards the first); past either, 503 and the connection is closed.
+    max_connections: int = Field(8192, ge=1)
+    max_connections_per_address: int = Field(1024, ge=1)
+    #: Requests a connection may send ahead of the answer it is waiting for; past them the
+    #: api stops reading the connection until answers go out.
+    max_pipelined: int = Field(16, ge=1)
 
     # Operations: shutdown, metrics.
     #: Seconds open requests get to end after SIGTERM before the server closes them. Longer

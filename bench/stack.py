@@ -148,6 +148,10 @@ def running_stack() -> Iterator[BenchStack]:
         env = base_env(database_url, services.redis_url)
         for key in _TEST_ONLY:
             env.pop(key)
+        # The peers limit nothing: one account's creates and one address's connections are
+        # measured unthrottled (the defaults are 600 creates a minute and 1,024 connections).
+        env["CONDUIT_API_CREATE_RATE_LIMIT"] = "off"
+        env["CONDUIT_API_MAX_CONNECTIONS_PER_ADDRESS"] = "8192"
         launcher = Launcher(env, Path(logdir))
         stack = BenchStack(launcher, Admin(database_url), database_url, services.redis_url)
         try:

@@ -74,6 +74,8 @@ def cmd_api(args: argparse.Namespace) -> None:
     import uvicorn
 
     from api.app import create_app
+    from api.connections import ConnectionLimits
+    from api.http_protocol import guarded_protocol
     from api.settings import ApiSettings
 
     settings = ApiSettings()
@@ -83,7 +85,10 @@ def cmd_api(args: argparse.Namespace) -> None:
         host=args.host,
         port=args.port,
         loop="uvloop",
-        http="httptools",
+        # httptools, with what a connection may hold bounded (api.connections): head and body
+        # timeouts, head size, connections per client address, pipelined requests.
+        http=guarded_protocol(ConnectionLimits.from_settings(settings)),
+        ws="none",  # no route is a WebSocket: an upgrade request is served as plain HTTP
         access_log=False,
         log_level="warning",
         # uvicorn's loggers go through the process's own handler (conduit.logging_setup), so

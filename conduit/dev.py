@@ -8,6 +8,7 @@ deployment ``conduit/echo``; prints how to call it. Ctrl-C stops everything it s
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -92,6 +93,9 @@ def run_dev(port: int = 8000) -> int:
     try:
         with local_services(os.environ.get("REDIS_URL"), os.environ.get("DATABASE_URL")) as urls:
             env = {**os.environ, "REDIS_URL": urls.redis_url, "DATABASE_URL": urls.database_url}
+            # The runner takes cancel and shutdown only with a token its director sends.
+            if not env.get("CONDUIT_RUNNER_TOKEN"):
+                env["CONDUIT_RUNNER_TOKEN"] = secrets.token_urlsafe(32)
             return _serve(env, port)
     except ServicesUnavailable as error:
         print(f"conduit dev: {error}", file=sys.stderr)

@@ -104,7 +104,7 @@ async def serve(settings: DirectorSettings) -> None:
     )
     policy = WebhookSettings().policy(settings.public_url)
     webhook_session = open_session(policy)
-    dispatcher = Dispatcher(engine, policy, webhook_session)
+    dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
     outbound = Outbound(
         engine,
         EventLog(redis, settings.events_retention, settings.events_max_len),

@@ -46,8 +46,13 @@ class RunnerConfig(BaseSettings):
     )
     """The shared secret every request but the health checks must carry as
     ``Authorization: Bearer``. Without one, the runner serves whoever reaches it (it listens
-    on loopback unless told otherwise) and takes shutdown, cancel and attach from loopback
-    peers only."""
+    on loopback unless told otherwise) and refuses shutdown, cancel and attach (unless
+    ``trust_loopback``)."""
+    trust_loopback: bool = Field(
+        False, validation_alias=_env("trust_loopback", "CONDUIT_RUNNER_TRUST_LOOPBACK")
+    )
+    """Without a token, take shutdown, cancel and attach from loopback peers. Off by default:
+    loopback is no credential where a webhook sender on the host can reach it."""
     webhook_auth_token: str | None = Field(
         None, repr=False, validation_alias=_env("webhook_auth_token", "WEBHOOK_AUTH_TOKEN")
     )

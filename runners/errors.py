@@ -7,8 +7,10 @@ one function (:func:`runners.problems.refusal`) and no table keyed by type::
 
     RequestRefused                 (abstract)                                      status code
     ├── UnauthorizedError          no or another runner token           401 unauthorized
-    ├── InternalOnlyError          shutdown, cancel or attach from a non-loopback
-    │                              peer while the runner has no token      403 internal-only
+    ├── InternalOnlyError          shutdown, cancel or attach without the runner token,
+    │                              from a peer loopback trust does not cover  403 internal-only
+    ├── UnsupportedEncodingError   a body sent with Content-Encoding
+    │                                                   415 unsupported-content-encoding
     ├── NotReadyError              setup has not finished, or failed             503 (Cog body)
     │   └── ModelNotLoadedError    the model was unloaded          503 + Retry-After (Cog body)
     ├── AtCapacityError            every slot is in use and there is no queue    409 (Cog body)
@@ -51,7 +53,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from runners.protocol import (
+    ACCEPT_ENCODING,
     AUTHORIZATION,
+    CONTENT_ENCODING,
     JSON,
     PROBLEM_JSON,
     RATE_LIMIT_LIMIT,
@@ -120,17 +124,19 @@ class UnauthorizedError(RequestRefused):
 
 class InternalOnlyError(RequestRefused):
     """Raised when a call only the runner's own director may make (shutdown, cancel, attach
-    or taking over a prediction's snapshots) comes from a peer that is not on loopback, and the
-    runner has no token that would tell its director apart."""
+    or taking over a prediction's snapshots) comes to a runner without a token, from a peer
+    that loopback trust (``CONDUIT_RUNNER_TRUST_LOOPBACK``, :mod:`runners.auth`) does not
+    cover."""
 
     status = 403
     code = "internal-only"
     title = "Forbidden"
     reason = "internal_only"
 
-    def __init__(self, action: str) -> None:
+    def __init__(self, action: str, detail: str | None = None) -> None:
         super().__init__(
-            f"{action} is accepted only from loopback, or with the runner token "
+            detail
+            or f"{action} is accepted only from loopback, or with the runner token "
             "(set CONDUIT_RUNNER_TOKEN on the runner and its director)"
         )
 
@@ -199,6 +205,28 @@ class InputValidationError(RequestRefused):
             for issue in self.issues
         ]
         return {"detail": detail}
+
+
+class UnsupportedEncodingError(RequestRefused):
+    """Raised for a request body sent with a ``Content-Encoding``: Cog's protocol never
+    compresses a body, and one inflated only to be refused costs far more than it weighs."""
+
+    status = 415
+    code = "unsupported-content-encoding"
+    title = "Unsupported Media Type"
+    reason = "unsupported_encoding"
+
+    def __init__(self, encoding: str) -> None:
+        super().__init__(
+            f"request bodies are not decoded: send it without Content-Encoding ({encoding!r})"
+        )
+
+    def members(self) -> dict[str, Any]:
+        return {"field": CONTENT_ENCODING}
+
+    def headers(self) -> dict[str, str]:
+        # RFC 9110 §15.5.16: name the encodings that would be accepted (none but identity).
+        return super().headers() | {ACCEPT_ENCODING: "identity"}
 
 
 class WebhookRefusedError(RequestRefused):

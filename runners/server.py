@@ -28,6 +28,7 @@ from runners.auth import is_loopback_host, protect, require_internal
 from runners.cache import CacheMode
 from runners.config import RunnerConfig
 from runners.control import add_control_routes
+from runners.encoding import refuse_encoded_bodies
 from runners.errors import NotRunningError, RequestRefused
 from runners.model import Model
 from runners.models import get_model
@@ -245,14 +246,18 @@ def create_app(
     """The runner app for ``model`` with ``concurrency`` slots.
 
     Serve it with ``handler_cancellation=True`` (as :func:`serve` and aiohttp's test server
-    do) so that a sync client hanging up cancels its prediction. ``POST /shutdown`` only sets
+    do) so that a sync client hanging up cancels its prediction, and ``auto_decompress=False``
+    (as :func:`run_app` does) so that no request body is inflated. ``POST /shutdown`` only sets
     ``app[SERVICE].shutdown_requested``; whoever runs the app decides what stopping means.
-    With ``config.token`` set, every route but the health checks needs it (:mod:`runners.auth`).
+    With ``config.token`` set, every route but the health checks needs it (:mod:`runners.auth`);
+    without, the internal calls are refused unless ``config.trust_loopback``. A body sent with
+    a ``Content-Encoding`` is refused unread (:mod:`runners.encoding`).
     """
     config = config or RunnerConfig.from_env()
     service = RunnerService(model, concurrency, config)
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[refusals])
-    protect(app, config.token)
+    protect(app, config.token, config.trust_loopback)
+    app.middlewares.append(refuse_encoded_bodies)
     app[SERVICE] = service
 
     async def on_startup(_: web.Application) -> None:
@@ -284,6 +289,9 @@ async def run_app(app: web.Application, host: str, port: int) -> None:
         handle_signals=False,
         shutdown_timeout=5.0,
         access_log=access_logger if service.config.access_log else None,
+        # Bodies reach the app as sent: an encoded one is refused, never inflated (even while
+        # the refusal drains it).
+        auto_decompress=False,
     )
     await runner.setup()
     loop = asyncio.get_running_loop()
@@ -291,11 +299,18 @@ async def run_app(app: web.Application, host: str, port: int) -> None:
         await web.TCPSite(runner, host, port).start()
         for address in runner.addresses:
             log.info("runner for %s listening on %s:%s", service.model.name, *address[:2])
-        if service.config.token is None and not is_loopback_host(host):
+        config = service.config
+        if config.token is None and not is_loopback_host(host):
             log.warning(
                 "listening on %s without CONDUIT_RUNNER_TOKEN: whoever reaches this port may "
-                "run predictions; shutdown, cancel and attach are refused to all but loopback",
+                "run predictions",
                 host,
+            )
+        if config.token is None:
+            log.warning(
+                "without CONDUIT_RUNNER_TOKEN, shutdown, cancel and attach are refused %s: "
+                "give the runner and its director the same token",
+                "to all but loopback" if config.trust_loopback else "to everyone",
             )
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, service.shutdown_requested.set)

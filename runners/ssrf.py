@@ -9,6 +9,12 @@ obviously internal name, is refused. At delivery, ``GuardedResolver`` resolves t
 hands aiohttp only permitted addresses, so the address checked is the address connected to:
 there is no DNS-rebinding window between check and connect.
 
+Whatever the address, a URL whose path is a route of Cog's runner protocol (``/shutdown``,
+``/predictions/<id>/cancel``, a model pool's ``/models/<name>/predictions`` ...) is refused: a
+webhook is a POST to a URL someone else chose, and must never drive a runner. So is an endpoint
+in ``refused`` (:class:`RefusedEndpoints`: the fleet's runners, kept current by whoever knows
+the fleet), at create and again at delivery, where the resolver checks each address it returns.
+
 Refused unless opened by ``allow_cidrs``: private, loopback, link-local (cloud metadata),
 CGNAT, multicast, reserved and unspecified addresses, and IPv6 forms that embed one of them
 (IPv4-mapped, IPv4-compatible, NAT64, 6to4). ``allow_hosts`` names host names an operator
@@ -19,10 +25,12 @@ the match is exact, so a subdomain or another spelling of the name is checked as
 from __future__ import annotations
 
 import ipaddress
+import posixpath
+import re
 import socket
 from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
@@ -42,8 +50,86 @@ _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _INTERNAL_SUFFIXES = (".localhost", ".local", ".internal", ".localdomain", ".home.arpa")
 
 
+#: Routes of Cog's runner protocol (a runner's, a model pool's per-model ones, Cog's trainings)
+#: as a server would route them; a webhook's path never may be one.
+_PROTOCOL_PATH = re.compile(
+    r"(?:/models/[^/]+)?"
+    r"(?:/shutdown|/health-check"
+    r"|/(?:predictions|trainings)(?:/[^/]+(?:/cancel)?)?"
+    r"|/v1/models/(?:load(?:/[^/]+)?|unload)|/v1/cache/flush|/v1/capabilities)"
+)
+_SLASHES = re.compile(r"/{2,}")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+#: How every loopback spelling is keyed in :class:`RefusedEndpoints`: a runner bound to one
+#: loopback address is often reached by another (``localhost``, ``127.0.0.1``, ``::1``).
+_LOOPBACK = "loopback"
+
+
 class BlockedAddress(Exception):
     """A webhook URL or its resolved address is not allowed."""
+
+
+def protocol_route(url: str) -> str | None:
+    """The Cog protocol route ``url``'s path names, as a server would route it (percent
+    decoded, dot segments resolved, repeated and trailing slashes dropped, any case); None
+    when it names none."""
+    try:
+        raw = urlsplit(url).path
+        routed = URL(url).path
+    except ValueError:
+        return None
+    for path in dict.fromkeys((raw, unquote(raw), routed)):
+        normal = posixpath.normpath(_SLASHES.sub("/", "/" + path)).lower().rstrip("/")
+        if _PROTOCOL_PATH.fullmatch(normal):
+            return normal
+    return None
+
+
+def endpoint_key(host: str, port: int) -> tuple[str, int]:
+    """How :class:`RefusedEndpoints` names a host and port: an address in one spelling (every
+    loopback address, and ``localhost``, as one), a name lower-cased."""
+    name = host.strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return _LOOPBACK, port
+    address = literal_address(name)
+    if address is None:
+        return name, port
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback or address.is_unspecified:
+        return _LOOPBACK, port
+    return str(address), port
+
+
+def url_endpoint(url: str) -> tuple[str, int] | None:
+    """:func:`endpoint_key` of a URL's host and port (the scheme's default when it names
+    none); None for a URL without both."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or _DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        return None
+    if not parts.hostname or port is None:
+        return None
+    return endpoint_key(parts.hostname, port)
+
+
+class RefusedEndpoints:
+    """Host-and-port pairs no webhook may reach (the fleet's runners), replaced as a whole by
+    :meth:`install` whenever whoever watches them sees them change."""
+
+    def __init__(self, urls: Iterable[str] = ()) -> None:
+        self._keys: frozenset[tuple[str, int]] = frozenset()
+        self.install(urls)
+
+    def install(self, urls: Iterable[str]) -> None:
+        self._keys = frozenset(key for url in urls if (key := url_endpoint(url)) is not None)
+
+    def refuses(self, host: str, port: int) -> bool:
+        return endpoint_key(host, port) in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
 
 
 def parse_cidrs(value: str | Iterable[str]) -> tuple[Network, ...]:
@@ -103,7 +189,10 @@ def normalise_hosts(hosts: Iterable[str]) -> frozenset[str]:
 
 
 def check_webhook_url(
-    url: str, allow: Sequence[Network] = (), allow_hosts: Iterable[str] = ()
+    url: str,
+    allow: Sequence[Network] = (),
+    allow_hosts: Iterable[str] = (),
+    refused: RefusedEndpoints | None = None,
 ) -> None:
     """Refuse at create time what can be refused without resolving a name."""
     try:
@@ -123,7 +212,14 @@ def check_webhook_url(
         raise BlockedAddress("webhook URL has an invalid port")
     if parts.username or parts.password:
         raise BlockedAddress("webhook URLs must not carry credentials")
+    route = protocol_route(url)
+    if route is not None:
+        raise BlockedAddress(f"webhook path {route} is a route of Cog's runner protocol")
     names = dict.fromkeys((host, connect_host.rstrip(".").lower()))
+    effective_port = port or _DEFAULT_PORTS[parts.scheme]
+    if refused is not None and any(refused.refuses(name, effective_port) for name in names):
+        where = f"[{host}]" if ":" in host else host
+        raise BlockedAddress(f"webhook address {where}:{effective_port} is a runner's")
     if names.keys() <= normalise_hosts(allow_hosts):
         return
     for name in names:
@@ -143,30 +239,36 @@ def _check_host(host: str, allow: Sequence[Network]) -> None:
 
 class GuardedResolver(AbstractResolver):
     """Resolves through ``inner`` and returns only permitted addresses (any address of a host
-    named in ``allow_hosts``)."""
+    named in ``allow_hosts``), never one of ``refused`` at the port asked for."""
 
     def __init__(
         self,
         allow: Sequence[Network] = (),
         inner: AbstractResolver | None = None,
         allow_hosts: Iterable[str] = (),
+        refused: RefusedEndpoints | None = None,
     ) -> None:
         self.allow = tuple(allow)
         self.allow_hosts = normalise_hosts(allow_hosts)
         self.inner = inner or DefaultResolver()
+        self.refused = refused or RefusedEndpoints()
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
-        if host.rstrip(".").lower() in self.allow_hosts:
-            return await self.inner.resolve(host, port, family)
-        literal = literal_address(host)
+        if self.refused.refuses(host, port):
+            raise BlockedAddress(f"{host}:{port} is a runner's")
+        trusted = host.rstrip(".").lower() in self.allow_hosts
+        literal = None if trusted else literal_address(host)
         if literal is not None:
-            results: list[ResolveResult] = [_result(host, str(literal), port, literal.version)]
+            results = [_result(host, str(literal), port, literal.version)]
         else:
             results = await self.inner.resolve(host, port, family)
         permitted = [
-            r for r in results if not is_blocked(ipaddress.ip_address(r["host"]), self.allow)
+            r
+            for r in results
+            if (trusted or not is_blocked(ipaddress.ip_address(r["host"]), self.allow))
+            and not self.refused.refuses(r["host"], port)
         ]
         if not permitted:
             raise BlockedAddress(f"{host} resolves only to addresses webhooks may not reach")

@@ -9,7 +9,8 @@ must not wedge the model (cog issues #742, #2229).
 
 A webhook URL comes from whoever started the prediction, so the sender trusts nothing about it
 (DESIGN §8): the SSRF guard (:mod:`runners.ssrf`) refuses at once a URL that names an internal
-address outside ``CONDUIT_RUNNER_WEBHOOK_ALLOW`` (422, before anything runs) and checks every
+address outside ``CONDUIT_RUNNER_WEBHOOK_ALLOW`` or a route of Cog's runner protocol on any
+host (``/shutdown``, ``/predictions/<id>/cancel`` ...; 422, before anything runs) and checks every
 address a name resolves to before connecting; redirects are not followed (a 3xx is a refusal);
 at most :data:`MAX_ANSWER_BYTES` of an answer is read, undecoded; connecting is bounded by its
 own short timeout. The headers are fixed here: never the runner token, only coglet's
@@ -42,6 +43,10 @@ log = logging.getLogger(__name__)
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_ANSWER_BYTES = 64 * 1024
 """Most bytes of a receiver's answer read; the status is all the sender needs."""
+DRAIN_GRACE = 1.0
+"""Seconds an answer's body gets to end once its status is known; past it the connection is
+dropped and the status still stands, so a receiver that drips its body is not sent the
+webhook again."""
 
 
 class SnapshotSink(Protocol):
@@ -131,11 +136,17 @@ async def post(
     session: aiohttp.ClientSession, url: str, body: bytes, headers: Mapping[str, str]
 ) -> int:
     """One POST; its status. Follows no redirect, reads at most :data:`MAX_ANSWER_BYTES` of
-    the answer and drops the connection when there is more. Raises what ``UNREACHABLE``
-    lists, or :class:`BlockedAddress` when the URL's name resolves only to refused addresses.
+    the answer, for at most :data:`DRAIN_GRACE` seconds, and drops the connection when there
+    is more: the status line is the answer, whatever its body does. Raises what
+    ``UNREACHABLE`` lists, or :class:`BlockedAddress` when the URL's name resolves only to
+    refused addresses.
     """
     async with session.post(url, data=body, headers=headers, allow_redirects=False) as response:
-        await read_capped(response.content, MAX_ANSWER_BYTES)
+        try:
+            async with asyncio.timeout(DRAIN_GRACE):
+                await read_capped(response.content, MAX_ANSWER_BYTES)
+        except (TimeoutError, aiohttp.ClientError):
+            response.close()
         if not response.content.at_eof():
             response.close()  # unread rest: not worth a connection's reuse
         return response.status

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from sqlalchemy.engine import Engine as SyncEngine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -27,6 +28,11 @@ class DatabaseSettings(BaseSettings):
     #: (PgBouncer before 1.21, or without ``max_prepared_statements``): a statement prepared
     #: on one server connection is then executed on another, where it does not exist.
     prepared_statements: bool = True
+    #: Seconds a query waits for a connection of its process's pool when all are busy (a
+    #: lock held elsewhere, a slow database) before it fails as an outage: a request is then
+    #: answered 503 with ``Retry-After`` while its client still waits, and a background loop
+    #: retries later. SQLAlchemy's own default, 30 s, outlasts most clients' patience.
+    pool_timeout: float = Field(5.0, gt=0)
 
 
 def connect_args(prepared_statements: bool | None = None) -> dict[str, Any]:
@@ -46,15 +52,29 @@ def sqlalchemy_url(database_url: str) -> str:
 
 
 def make_engine(
-    database_url: str, pool_size: int = 10, *, prepared_statements: bool | None = None
+    database_url: str,
+    pool_size: int = 10,
+    *,
+    prepared_statements: bool | None = None,
+    pool_timeout: float | None = None,
 ) -> Engine:
+    """The process's engine; what is not given is read from ``DatabaseSettings``."""
+    if prepared_statements is None or pool_timeout is None:
+        settings = DatabaseSettings()
+        if prepared_statements is None:
+            prepared_statements = settings.prepared_statements
+        if pool_timeout is None:
+            pool_timeout = settings.pool_timeout
     # No pre-ping: it costs a round trip on every checkout, i.e. on every state write. A
     # connection broken by a Postgres restart fails one statement, SQLAlchemy invalidates the
-    # pool, and callers treat the error as the transient outage it is.
+    # pool, and callers treat the error as the transient outage it is. A checkout that waits
+    # out ``pool_timeout`` raises ``sqlalchemy.exc.TimeoutError``, one of
+    # ``tracker.retry.TRANSIENT``.
     engine = create_async_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,
         max_overflow=pool_size,
+        pool_timeout=pool_timeout,
         pool_recycle=3600,
         # jsonb keeps numbers as decimals and prints a float such as 1e20 as the integer
         # 100000000000000000000, which no encoder of Conduit can send on (orjson stops at 64

@@ -10,24 +10,33 @@ One account's deliveries hold at most ``policy.per_account`` of those slots: a d
 leases a row it could not send at once, so an account at its cap leaves its due rows in the
 table, holding no slot and no lease, for a later pass (or another dispatcher) once one of its
 requests ends. Nothing is dropped, and rows are still taken oldest first within each account.
+
+The database away or its pool starved (``tracker.retry.TRANSIENT``) is an outage to wait out: a
+pass that cannot lease is retried at the next, and an attempt's outcome is recorded through it
+(``persistently``) for up to half a lease. Past that the attempt is left to its lease, which
+expires and sends the webhook again (receivers deduplicate on ``webhook-id``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import secrets
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
 import orjson
+from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tracker.render import render_prediction
+from tracker.retry import TRANSIENT, persistently
+from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
 log = logging.getLogger(__name__)
@@ -116,11 +125,18 @@ class Dispatcher:
     """Delivers due terminal webhooks with a bounded pool; ``wake()`` after a commit."""
 
     def __init__(
-        self, engine: AsyncEngine, policy: WebhookPolicy, session: aiohttp.ClientSession
+        self,
+        engine: AsyncEngine,
+        policy: WebhookPolicy,
+        session: aiohttp.ClientSession,
+        redis: Redis | None = None,
     ) -> None:
+        """With ``redis``, ``policy.refused`` follows the fleet registry while the dispatcher
+        runs (:mod:`tracker.webhook_targets`): no webhook of this process reaches a runner."""
         self.engine = engine
         self.policy = policy
         self.session = session
+        self.targets = None if redis is None else FleetTargets(redis, policy.refused)
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         #: Deliveries in flight per account; an account is absent when it has none.
@@ -138,12 +154,16 @@ class Dispatcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self.targets is not None:
+            await self.targets.stop()
         for task in list(self._inflight):
             task.cancel()
         if self._inflight:
             await asyncio.wait(self._inflight)
 
     async def _run(self) -> None:
+        if self.targets is not None:
+            await self.targets.start()  # the fleet first: nothing is sent before it is known
         while True:
             try:
                 await self._dispatch_due()
@@ -199,8 +219,23 @@ class Dispatcher:
         try:
             status = await post(self.session, self.policy, url, id, secret, body)
         except DeliveryFailed as failure:
-            await self._record_failure(id, url, account_id, attempts + 1, failure)
-            return
+            record = functools.partial(
+                self._record_failure, id, url, account_id, attempts + 1, failure
+            )
+        else:
+            record = functools.partial(self._record_delivered, id, status)
+        await self._recorded(id, record)
+
+    async def _recorded(self, id: str, record: Callable[[], Awaitable[None]]) -> None:
+        """Run ``record`` through a short database outage (see the module's docstring)."""
+        try:
+            await persistently(f"recording webhook {id}", record, self.policy.lease / 2)
+        except TRANSIENT as error:
+            log.warning(
+                "webhook %s: outcome not recorded, sent again after its lease: %r", id, error
+            )
+
+    async def _record_delivered(self, id: str, status: int) -> None:
         async with self.engine.begin() as conn:
             await conn.execute(_DELIVERED, {"id": id, "status": status})
 

@@ -27,6 +27,8 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 ``fleet:{fleet}:runners``             sorted set of fleet entry ids by last heartbeat (ms)
 ``lane:{lane}:members``               sorted set of the api replicas serving the synchronous lane,
                                       by last heartbeat (ms; ``api.lane.membership``)
+``ratelimit:{acct-<id>}:create``      an account's rate of creates: when its next one is due
+                                      (µs; ``api.rate_limits``)
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
@@ -248,3 +250,13 @@ def fleet_entry_key(runner_id: str) -> str:
 LANE_TAG = "lane"
 LANE_MEMBERS = f"lane:{{{LANE_TAG}}}:members"
 """Sorted set of api replica ids scored by their last heartbeat (ms); readers prune the old."""
+
+
+# --- Per-account rates (``api.rate_limits``) ----------------------------------------------
+# One key, and one hash tag, per account: its script names one slot, and a Redis Cluster
+# spreads the accounts over its nodes.
+
+
+def create_rate_key(account_id: int) -> str:
+    """The account's theoretical arrival time for creates (GCRA), shared by every replica."""
+    return f"ratelimit:{{acct-{account_id}}}:create"

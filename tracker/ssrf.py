@@ -11,10 +11,13 @@ from runners.ssrf import (
     GuardedResolver,
     IPAddress,
     Network,
+    RefusedEndpoints,
     check_webhook_url,
     is_blocked,
     literal_address,
     parse_cidrs,
+    protocol_route,
+    url_endpoint,
 )
 
 __all__ = [
@@ -22,8 +25,11 @@ __all__ = [
     "GuardedResolver",
     "IPAddress",
     "Network",
+    "RefusedEndpoints",
     "check_webhook_url",
     "is_blocked",
     "literal_address",
     "parse_cidrs",
+    "protocol_route",
+    "url_endpoint",
 ]

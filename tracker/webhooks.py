@@ -7,11 +7,19 @@ Redirects are never followed: a 3xx is a failed attempt.
 
 A receiver is not trusted to be quick or brief: connecting has its own short timeout, the whole
 attempt is bounded by ``timeout``, and at most ``RESPONSE_LIMIT`` bytes of the answer are read
-(only its status matters) before the connection is dropped.
+(only its status matters) before the connection is dropped. The status line is the delivery: an
+answer whose body drips, breaks off or never ends still counts by its status, and its body gets
+``DRAIN_GRACE`` seconds to end (for the connection's reuse) before the connection is dropped.
+
+Nor is a URL trusted (DESIGN §8): every attempt checks it again (:func:`check_webhook_url`), a
+route of Cog's runner protocol or an endpoint of ``policy.refused`` (the fleet's runners, kept
+current by :mod:`tracker.webhook_targets`) is refused whatever the address, and the resolver
+hands out only addresses the guard permits.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +28,13 @@ import aiohttp
 from standardwebhooks.webhooks import Webhook
 
 from tracker.retry import UNREACHABLE, backoff_delay
-from tracker.ssrf import BlockedAddress, GuardedResolver, Network, check_webhook_url
+from tracker.ssrf import (
+    BlockedAddress,
+    GuardedResolver,
+    Network,
+    RefusedEndpoints,
+    check_webhook_url,
+)
 
 #: Seconds to wait before each retry of a terminal webhook: 11 attempts over 27.7 to 33.3 hours
 #: (jitter only ever adds), so a receiver that is down for a whole day still gets it.
@@ -28,6 +42,9 @@ DEFAULT_SCHEDULE: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400,
 USER_AGENT = "conduit-webhooks/0.1"
 #: Bytes of a receiver's answer read at most; the rest is never received.
 RESPONSE_LIMIT = 64 * 1024
+#: Seconds an answer's body gets to end once its status is known; past it the connection is
+#: dropped, and the attempt still counts by its status.
+DRAIN_GRACE = 1.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +68,9 @@ class WebhookPolicy:
     lease: float = 30.0
     public_url: str = "http://127.0.0.1:8000"
     extra_headers: dict[str, str] = field(default_factory=dict)
+    #: Endpoints no webhook may reach whatever ``allow`` opens: the fleet's runners, installed
+    #: by whoever watches the fleet (:class:`tracker.webhook_targets.FleetTargets`).
+    refused: RefusedEndpoints = field(default_factory=RefusedEndpoints, compare=False)
 
     def retry_delay(self, attempts: int) -> float | None:
         """Delay before the next attempt after ``attempts`` failures; None when out of tries.
@@ -86,7 +106,8 @@ def open_session(policy: WebhookPolicy) -> aiohttp.ClientSession:
     # Two halves of ``concurrency`` connections: the durable dispatcher's slots and the
     # intermediate senders' shared slots (``tracker.intermediate``), so neither starves the other.
     connector = aiohttp.TCPConnector(
-        resolver=GuardedResolver(policy.allow), limit=policy.concurrency * 2
+        resolver=GuardedResolver(policy.allow, refused=policy.refused),
+        limit=policy.concurrency * 2,
     )
     return aiohttp.ClientSession(
         connector=connector,
@@ -105,7 +126,7 @@ async def post(
 ) -> int:
     """One signed attempt. Returns the 2xx status; raises DeliveryFailed otherwise."""
     try:
-        check_webhook_url(url, policy.allow)
+        check_webhook_url(url, policy.allow, refused=policy.refused)
     except BlockedAddress as error:
         raise DeliveryFailed(str(error)) from error
     headers = {"Content-Type": "application/json", **sign(secret, message_id, body)}
@@ -113,7 +134,7 @@ async def post(
         async with session.post(
             url, data=body.encode(), headers=headers, allow_redirects=False
         ) as response:
-            await _read_some(response)
+            await _drain(response)
             if 200 <= response.status < 300:
                 return response.status
             raise DeliveryFailed(f"receiver answered {response.status}", response.status)
@@ -124,6 +145,17 @@ async def post(
         if not reason and isinstance(error, TimeoutError):  # the attempt's own ``timeout``
             reason = f"not done within {policy.timeout:g} s"
         raise DeliveryFailed(f"{type(error).__name__}: {reason}") from error
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Read what :func:`_read_some` reads, for at most ``DRAIN_GRACE`` seconds; an answer
+    whose body is slower, breaks off or runs out of the attempt's time loses its connection,
+    never its status."""
+    try:
+        async with asyncio.timeout(DRAIN_GRACE):
+            await _read_some(response)
+    except (TimeoutError, aiohttp.ClientError):
+        response.close()
 
 
 async def _read_some(response: aiohttp.ClientResponse) -> None:

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from api import serving
 from api.deadlines import parse_cancel_after
-from api.deps import AccountDep, Resources, ResourcesDep
+from api.deps import AccountDep, Resources, ResourcesDep, limit_creates
 from api.idempotency import from_request
 from api.openapi import CREATE_HEADERS, CREATED_HEADERS, operation, problems
 from api.prediction_filters import parse_filters
@@ -34,13 +34,15 @@ SOURCE = "Only predictions from this source: `api`, `web` or `sync` (the `/run` 
 
 
 def _create(*statuses: int) -> dict[str, Any]:
-    """What a create route declares besides its path: body, headers, problems (``api.openapi``)."""
+    """What a create route declares besides its path: body, headers, problems (``api.openapi``),
+    and the account's rate of creates (``api.rate_limits``)."""
     created = {"description": "The prediction, created (or replayed).", "headers": CREATED_HEADERS}
     return {
         "status_code": 201,
         "response_model": Prediction,
-        "responses": {201: created, **problems(400, 401, *statuses, 409, 413, 422, 503)},
+        "responses": {201: created, **problems(400, 401, *statuses, 409, 413, 422, 429, 503)},
         "openapi_extra": operation(*CREATE_HEADERS),
+        "dependencies": [Depends(limit_creates)],
     }
 
 
@@ -107,7 +109,7 @@ async def _waited(
     # A replay waits like the first request did, unless its prediction already finished.
     if Status(row["status"]).is_terminal:
         return render_prediction(row, base), True
-    waited = await wait_or_disconnect(request, resources.hub, row["id"], seconds)
+    waited = await wait_or_disconnect(request, resources.hub, row["id"], seconds, account.id)
     if waited.prediction is not None:
         finished: dict[str, Any] = orjson.loads(waited.prediction)  # as written: no re-read
         finished["urls"] = prediction_urls(base, finished["id"])

@@ -35,7 +35,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import serving
 from api.deadlines import parse_cancel_after
-from api.deps import Resources, get_account, get_resources
+from api.deps import Resources, get_account, get_resources, limit_creates
 from api.errors import Problem, Unavailable, undecodable_body
 from api.json_input import canonical_input
 from api.lane import runner_call
@@ -172,7 +172,9 @@ async def _caller(request: Request) -> tuple[Resources, AccountInfo]:
     give them: called here rather than declared, as FastAPI's dependency solving was a
     measurable part of a ``/run``'s own time."""
     resources = await get_resources(request)
-    return resources, await get_account(request, resources)
+    account = await get_account(request, resources)
+    await limit_creates(resources, account)  # the account's rate of creates: 429 past it
+    return resources, account
 
 
 def _lane(resources: Resources) -> Lane:

@@ -2,8 +2,12 @@
 
 Events ``output``, ``logs``, ``error`` and ``done``, each with the Redis entry id as ``id:``, so a
 client joining late gets the whole history and ``Last-Event-ID`` resumes after it. A
-``Last-Event-ID`` that is not a stream id (``<ms>-<seq>``), or one past the stream's last event,
-is refused with 400 before the stream starts: resuming from a guess could repeat or skip output.
+``Last-Event-ID`` that is not a stream id (``<ms>-<seq>``), or one past the stream's last event
+(any id but ``0-0`` while the stream is still empty, as a queued prediction's is), is refused
+with 400 before the stream starts: resuming from a guess could repeat or skip output, and
+following from a position no event will pass would never end. A client resuming from the
+``done`` event itself is sent ``done`` again and the stream ends: every stream that starts ends
+with ``done`` once the prediction is over.
 
 When the history has expired, a finished prediction is replayed from its stored row with the
 same event shapes as the live stream (outputs, then log lines, then the error and ``done``) and
@@ -19,9 +23,10 @@ valid signature is enough on its own. A refused one is answered as such (401
 bearer token came with it: then the token decides, as on the plain URL.
 
 A live stream follows the process's one event reader (``api.event_hub``), so a client costs no
-Redis connection. Past the process's waiter cap a stream is refused with 503 before it starts
-(nothing was stored, a retry is safe); at shutdown open streams end without ``done`` and the
-client resumes elsewhere with ``Last-Event-ID``.
+Redis connection. Past the process's waiter cap, or the share of it that the prediction's
+account or the prediction itself may hold (``api.waiter_shares``), a stream is refused with 503
+before it starts (nothing was stored, a retry is safe); at shutdown open streams end without
+``done`` and the client resumes elsewhere with ``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from api.event_hub import Subscription
 from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
 from tracker import keys, store
 from tracker.capabilities import Verdict
-from tracker.events import EventType, done_data, output_text
+from tracker.events import Event, EventLog, EventType, done_data, output_text
 from tracker.redis_connect import is_cluster
 from tracker.states import Status
 
@@ -57,7 +62,7 @@ _MAX_ID_PART = 2**64 - 1
 
 def _position(event_id: str) -> tuple[int, int]:
     ms, _, seq = event_id.partition("-")
-    return int(ms), int(seq)
+    return int(ms), int(seq or 0)
 
 
 def parse_last_event_id(header: str | None) -> str:
@@ -72,21 +77,28 @@ def parse_last_event_id(header: str | None) -> str:
     return header
 
 
-async def _refuse_unsent(redis: Redis, prediction_id: str, after: str) -> None:
-    """An id past the stream's last event was never sent: following from it would skip what
-    comes before it, or wait for ever on a finished prediction."""
-    if after == "0":
+async def _last_event(redis: Redis, prediction_id: str) -> Event | None:
+    """The last event of the prediction's stream; None while it has none."""
+    last: Any = await redis.xrevrange(keys.events_key(prediction_id, is_cluster(redis)), count=1)
+    return EventLog.parse(*last[0]) if last else None
+
+
+def _refuse_unsent(after: str, last: Event | None) -> None:
+    """An id past the stream's last event (any id but the start, on a stream with no event
+    yet) was never sent: following from it would skip what comes before it, or wait for ever,
+    as no event of the prediction, ``done`` included, would come after it."""
+    if _position(after) == (0, 0):
         return
-    last = await redis.xrevrange(keys.events_key(prediction_id, is_cluster(redis)), count=1)
-    if last and _position(after) > _position(_text(last[0][0])):
+    if last is None or _position(after) > _position(last.id):
         raise InvalidRequest(
             f"Last-Event-ID {after!r} is past the last event of this stream",
             errors=[{"field": "Last-Event-ID", "message": "not an event of this stream"}],
         )
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+async def _over(done: Event) -> AsyncIterator[ServerSentEvent]:
+    """For a client that resumes from ``done`` itself: the end, told again."""
+    yield ServerSentEvent(done.data, event=done.type.value, id=done.id)
 
 
 def replay_from_row(row: Mapping[Any, Any], after: str = "0") -> Iterator[ServerSentEvent]:
@@ -136,6 +148,22 @@ async def follow(subscription: Subscription) -> AsyncIterator[ServerSentEvent]:
         subscription.close()
 
 
+def _live(
+    resources: Resources, row: Mapping[Any, Any], after: str, last: Event | None
+) -> AsyncIterator[ServerSentEvent]:
+    """The live stream after ``after``, its stream's ``last`` event read just now."""
+    _refuse_unsent(after, last)
+    if last is not None and last.type is EventType.DONE and _position(after) >= _position(last.id):
+        return _over(last)
+    subscription = resources.hub.subscribe(row["id"], after, row["account_id"])
+    if subscription is None:
+        raise Unavailable(
+            "This server holds its most waiting clients, in all or for this account or "
+            "prediction; retry shortly."
+        )
+    return follow(subscription)
+
+
 @router.get(
     "/predictions/{prediction_id}/stream",
     response_class=EventSourceResponse,
@@ -157,15 +185,12 @@ async def stream_prediction(
 ) -> EventSourceResponse:
     row = await _readable(request, resources, prediction_id, exp, sig)
     after = parse_last_event_id(request.headers.get("last-event-id"))
-    content: Any
-    if Status(row["status"]).is_terminal and not await resources.events.exists(prediction_id):
+    last = await _last_event(resources.redis, prediction_id)
+    content: AsyncIterator[ServerSentEvent] | Iterator[ServerSentEvent]
+    if Status(row["status"]).is_terminal and last is None:  # the history expired
         content = replay_from_row(row, after)
     else:
-        await _refuse_unsent(resources.redis, prediction_id, after)
-        subscription = resources.hub.subscribe(prediction_id, after)
-        if subscription is None:
-            raise Unavailable("This server holds its most waiting clients; retry shortly.")
-        content = follow(subscription)
+        content = _live(resources, row, after, last)
     return EventSourceResponse(
         content, ping=resources.settings.sse_ping, headers={"Cache-Control": "no-store"}
     )

@@ -7,10 +7,14 @@ of the same kind would:
   ``conduit runner <model>`` serves (:func:`runners.server.create_app`), on a port of its own
   and behind a token of its own that only the pool knows. Observed memory is what the model
   reports (:meth:`Model.memory_bytes`), else its declared size: a process RSS delta cannot be
-  told apart from the other slots' loads in the same process.
+  told apart from the other slots' loads in the same process. A CUDA model is given the GPU
+  the pool placed it on as its ``device`` (``cuda:<k>``); on unload, what it left in PyTorch's
+  cache goes back to the device.
 - :class:`CogBackend`: a stock Cog server (``python -m cog.server.http``) as a subprocess in a
-  session of its own, health-polled until ``READY``. Observed memory is the RSS of its process
-  tree (``/proc``).
+  session of its own, health-polled until ``READY``, confined to the GPUs the pool placed it on
+  (``CUDA_VISIBLE_DEVICES``). Observed memory is what its process tree holds on those GPUs
+  (NVML's per-process accounting; where NVML cannot see its processes, how much their used
+  memory grew over the load), else the RSS of the tree (``/proc``).
 
 The pool's core bounds a load by the model's ``load_timeout``: it cancels :meth:`start` and
 calls :meth:`stop`, which must then undo a partial start.
@@ -19,7 +23,7 @@ calls :meth:`stop`, which must then undo a partial start.
 from __future__ import annotations
 
 import asyncio
-import importlib
+import gc
 import logging
 import os
 import secrets
@@ -38,9 +42,9 @@ from runners import protocol as wire
 from runners.config import RunnerConfig
 from runners.model import Model
 from runners.models import get_model
-from runners.pool.config import DeviceMemory
+from runners.pool.config import MemoryProbe
 from runners.pool.config_file import BackendFile
-from runners.resources import system_memory
+from runners.pool.nvml import cuda_ordinal, placement_env
 from runners.server import create_app
 from runners.service import RunnerService
 from runners.state import SERVICE
@@ -50,6 +54,9 @@ log = logging.getLogger(__name__)
 _POLL = 0.1
 """Seconds between health polls of a starting or busy Cog server."""
 _STOP_GRACE = 10.0
+_CONTEXT_BYTES = 64 * 1024 * 1024
+"""Growth of a GPU's used memory below this is not taken for a model's (where NVML cannot
+attribute memory to processes): a CUDA context alone takes several times more."""
 
 
 class LoadError(Exception):
@@ -70,9 +77,9 @@ class Backend(Protocol):
     def headers(self) -> Mapping[str, str]:
         """Headers every proxied call carries (the server's own token)."""
 
-    async def start(self) -> int:
-        """Start the server and wait until it serves; the bytes it observed taking. Raises
-        :class:`LoadError`."""
+    async def start(self, devices: tuple[int, ...]) -> int:
+        """Start the server on ``devices`` (the GPUs the pool placed it on; empty: none) and
+        wait until it serves; the bytes it observed taking. Raises :class:`LoadError`."""
 
     async def stop(self) -> None:
         """Stop the server and free its memory (also after a partial or failed start)."""
@@ -125,8 +132,10 @@ class ConduitBackend:
     def openapi(self) -> dict[str, Any] | None:
         return self._schema
 
-    async def start(self) -> int:
+    async def start(self, devices: tuple[int, ...]) -> int:
         model: Model = self._class(**self._args)
+        if devices and model.device.startswith("cuda"):
+            model.device = f"cuda:{cuda_ordinal(devices[0])}"
         self.device = "cuda" if model.device.startswith("cuda") else "cpu"
         runner_id = f"{self._config.runner_id or 'pool'}/{self.name}"
         config = self._config.model_copy(update={"token": self._token, "runner_id": runner_id})
@@ -153,6 +162,7 @@ class ConduitBackend:
             await service.lifecycle.unload()
         if runner is not None:
             await runner.cleanup()
+        release_cuda_cache()
 
     async def settled(self, prediction_id: str) -> None:
         service = self._service
@@ -172,6 +182,7 @@ class CogBackend:
         cwd: str | None,
         env: Mapping[str, str],
         session: aiohttp.ClientSession,
+        probe: MemoryProbe,
     ) -> None:
         self.name = name
         self._command = list(command or [sys.executable, "-m", "cog.server.http"])
@@ -180,7 +191,10 @@ class CogBackend:
         self._cwd = cwd
         self._env = dict(env)
         self._session = session
+        self._probe = probe
         self.device = "cpu"
+        self._placed: tuple[int, ...] = ()
+        """The GPUs it was started on (a stop waits for their memory to be free)."""
         self._proc: asyncio.subprocess.Process | None = None
         self._url: str | None = None
         self._schema: dict[str, Any] | None = None
@@ -196,7 +210,7 @@ class CogBackend:
     def openapi(self) -> dict[str, Any] | None:
         return self._schema
 
-    async def start(self) -> int:
+    async def start(self, devices: tuple[int, ...]) -> int:
         port = free_port()
         bindir = str(Path(sys.executable).parent)
         env = {
@@ -205,7 +219,10 @@ class CogBackend:
             "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
             "PORT": str(port),
             **self._env,
+            **placement_env(devices),  # the pool's placement is what its accounting assumes
         }
+        before = await asyncio.to_thread(self._used, devices)
+        self._placed = devices
         args = [part.replace("{port}", str(port)) for part in self._command]
         try:
             self._proc = await asyncio.create_subprocess_exec(
@@ -214,18 +231,36 @@ class CogBackend:
         except OSError as error:
             raise LoadError(f"cannot start {args[0]}: {error}") from error
         url = f"http://127.0.0.1:{port}"
-        while (status := await self._health(url)) != wire.HealthStatus.READY:
+        while (status := _status(body := await self._health(url))) != wire.HealthStatus.READY:
             if self._proc.returncode is not None:
                 raise LoadError(f"cog server exited with {self._proc.returncode}")
             if status == wire.HealthStatus.SETUP_FAILED:
-                raise LoadError("cog server setup failed")
+                raise LoadError(f"cog server setup failed{_last_log_line(body)}")
             await asyncio.sleep(_POLL)
         async with self._session.get(url + wire.OPENAPI_PATH) as response:
             self._schema = await response.json(content_type=None)
         self._url = url
-        return tree_rss(self._proc.pid)
+        return await asyncio.to_thread(self._observe, self._proc.pid, devices, before)
 
-    async def _health(self, url: str) -> str | None:
+    def _used(self, devices: tuple[int, ...]) -> int:
+        """Bytes in use on ``devices`` by every process (0 off a GPU)."""
+        if not devices:
+            return 0
+        return sum(
+            d.total_bytes - d.free_bytes for d in self._probe.devices() if d.index in devices
+        )
+
+    def _observe(self, pid: int, devices: tuple[int, ...], before: int) -> int:
+        """What the server took: its tree's memory on the GPUs, else its RSS (on the CPU)."""
+        pids = tree_pids(pid)
+        held = sum(self._probe.process_memory(pids).values())
+        if not held and devices:  # NVML cannot see its processes: the growth is the best guess
+            grown = self._used(devices) - before
+            held = grown if grown >= _CONTEXT_BYTES else 0
+        self.device = "cuda" if held else "cpu"
+        return held or tree_rss(pid)
+
+    async def _health(self, url: str) -> dict[str, Any] | None:
         try:
             async with self._session.get(
                 url + wire.HEALTH_CHECK_PATH, timeout=aiohttp.ClientTimeout(total=2)
@@ -233,30 +268,68 @@ class CogBackend:
                 body = await response.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        status = body.get("status") if isinstance(body, dict) else None
-        return status if isinstance(status, str) else None
+        return body if isinstance(body, dict) else None
 
     async def stop(self) -> None:
         self._url = None
         proc, self._proc = self._proc, None
-        if proc is None or proc.returncode is not None:
-            return
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), _STOP_GRACE)
-        except TimeoutError:
+        placed, self._placed = self._placed, ()
+        pids: list[int] = []
+        if proc is not None and proc.returncode is None:
+            pids = tree_pids(proc.pid) if placed else []
             with suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(proc.wait(), _STOP_GRACE)
+            except TimeoutError:
+                with suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        await self._freed(pids)
+
+    async def _freed(self, pids: list[int]) -> None:
+        """Return once the GPUs no longer count memory to ``pids`` (a worker may outlive the
+        server by a moment), so the next load decision reads the device without them."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + _STOP_GRACE
+        while pids:
+            if not await asyncio.to_thread(self._probe.process_memory, pids):
+                return
+            if loop.time() >= until:
+                log.warning("%s: its GPU memory is still in use after it stopped", self.name)
+                return
+            await asyncio.sleep(_POLL)
 
     async def settled(self, prediction_id: str) -> None:
         """Stock Cog has no way to ask about one prediction: wait until it is no longer
         ``BUSY`` (exact with its default concurrency of 1, conservative above)."""
         url = self._url
-        while url is not None and await self._health(url) == wire.HealthStatus.BUSY:
+        while url is not None and _status(await self._health(url)) == wire.HealthStatus.BUSY:
             await asyncio.sleep(_POLL)
             url = self._url
+
+
+def _status(health: dict[str, Any] | None) -> str | None:
+    status = None if health is None else health.get("status")
+    return status if isinstance(status, str) else None
+
+
+def _last_log_line(health: dict[str, Any] | None) -> str:
+    """``: <the last line of its setup logs>`` (a traceback's last line names the error)."""
+    setup = None if health is None else health.get("setup")
+    logs = setup.get("logs") if isinstance(setup, dict) else None
+    lines = logs.strip().splitlines() if isinstance(logs, str) else []
+    return f": {lines[-1].strip()}" if lines else ""
+
+
+def release_cuda_cache() -> None:
+    """Give back to the device what unloaded models left in PyTorch's caching allocator; else
+    NVML counts it as this process's for good (only where a model already brought torch in)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return
+    gc.collect()  # an unloaded model's tensors may still be held in reference cycles
+    torch.cuda.empty_cache()
 
 
 def build(
@@ -266,11 +339,12 @@ def build(
     declared_bytes: int,
     config: RunnerConfig,
     session: aiohttp.ClientSession,
+    probe: MemoryProbe,
 ) -> Backend:
     if spec.conduit is not None:
         return ConduitBackend(name, spec.conduit, spec.args, concurrency, declared_bytes, config)
     assert spec.cog is not None
-    return CogBackend(name, spec.cog.command, spec.cog.cwd, spec.cog.env, session)
+    return CogBackend(name, spec.cog.command, spec.cog.cwd, spec.cog.env, session, probe)
 
 
 # --- memory -----------------------------------------------------------------------------------
@@ -296,52 +370,19 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def tree_rss(pid: int) -> int:
-    """RSS of a process and all its descendants (Cog's server runs its model in a child)."""
-    total, todo, seen = 0, [pid], set()
+def tree_pids(pid: int) -> list[int]:
+    """A process and all its descendants (Cog's server runs its model in a child)."""
+    found: list[int] = []
+    todo = [pid]
     while todo:
         current = todo.pop()
-        if current in seen:
+        if current in found:
             continue
-        seen.add(current)
-        total += rss(current)
+        found.append(current)
         todo += _children(current)
-    return total
+    return found
 
 
-class SystemProbe:
-    """The memory a budget is taken from when none is configured: NVML's GPUs when
-    ``nvidia-ml-py`` is installed and finds any (unless ``device`` is ``cpu``), else this
-    machine's memory as one device."""
-
-    def __init__(self, device: str = "auto") -> None:
-        self._device = device
-
-    def devices(self) -> Sequence[DeviceMemory]:
-        if self._device != "cpu" and (gpus := _nvml_devices()):
-            return gpus
-        if self._device == "gpu":
-            raise LoadError("device: gpu, but NVML finds no GPU (is nvidia-ml-py installed?)")
-        total, available = system_memory()
-        if total is None:
-            return []
-        return [DeviceMemory(0, total, available or 0)]
-
-
-def _nvml_devices() -> list[DeviceMemory]:
-    try:
-        pynvml = importlib.import_module("pynvml")  # nvidia-ml-py, optional
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return []
-    try:
-        found = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            info = pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(index))
-            found.append(DeviceMemory(index, int(info.total), int(info.free)))
-        return found
-    finally:
-        pynvml.nvmlShutdown()
+def tree_rss(pid: int) -> int:
+    """RSS of a process and all its descendants."""
+    return sum(rss(current) for current in tree_pids(pid))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,12 +45,23 @@ class DeviceMemory:
     index: int
     total_bytes: int
     free_bytes: int
+    gpu: bool = False
+    """A GPU read live (NVML): the core weighs each load against its measured free memory as
+    well as the ledger, and a model placed on it is told so (``CUDA_VISIBLE_DEVICES``, or its
+    ``device`` in this process). False: a budget only (system memory, a fixed figure)."""
 
 
 class MemoryProbe(Protocol):
     """NVML on a GPU host, process/system memory on CPU, a fixed list in tests."""
 
-    def devices(self) -> Sequence[DeviceMemory]: ...
+    def devices(self) -> Sequence[DeviceMemory]:
+        """Every device with its total and its free memory now."""
+        ...
+
+    def process_memory(self, pids: Collection[int]) -> dict[int, int]:
+        """Bytes the processes ``pids`` hold on each device (by index), from the device's own
+        per-process accounting; empty where there is none (no GPU, a fixed probe)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +72,9 @@ class FixedProbe:
 
     def devices(self) -> Sequence[DeviceMemory]:
         return [DeviceMemory(i, total, total) for i, total in enumerate(self.totals)]
+
+    def process_memory(self, pids: Collection[int]) -> dict[int, int]:
+        return {}
 
 
 @dataclass(frozen=True, slots=True)

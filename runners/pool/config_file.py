@@ -22,13 +22,13 @@ Errors are :class:`PoolFileError` naming the field (``models.1.size: ...``).
 
 from __future__ import annotations
 
-import importlib
 import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pydantic
+import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from runners.pool.config import ModelSpec, Policy, PoolConfig, QueueMode
@@ -184,8 +184,7 @@ def parse(data: object) -> PoolFile:
 
 
 def load(path: str | Path) -> PoolFile:
-    """Read and check ``path``: TOML when it ends in ``.toml``, else YAML (JSON is YAML too),
-    which needs PyYAML installed."""
+    """Read and check ``path``: TOML when it ends in ``.toml``, else YAML (JSON is YAML too)."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -196,10 +195,6 @@ def load(path: str | Path) -> PoolFile:
             return parse(tomllib.loads(text))
         except tomllib.TOMLDecodeError as error:
             raise PoolFileError(f"{path}: not TOML: {error}") from None
-    try:
-        yaml = importlib.import_module("yaml")
-    except ImportError:
-        raise PoolFileError(f"{path}: reading YAML needs PyYAML; or write it as TOML") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as error:

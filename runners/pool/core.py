@@ -17,6 +17,14 @@ minimal victim set: victims idle now are unloaded and the load waits for their `
 busy or young victims are waited for (no force-eviction) until the head's deadline, and once
 the head has waited ``starvation_after`` they get no new grants. Loads behind the head wait
 (nothing overtakes it for memory), while requests for READY models are still granted at once.
+
+On a GPU the probe reads live (:attr:`DeviceMemory.gpu`), the ledger is not the only word: a
+load must also fit the device's measured free memory, less the reserve and the leases of loads
+still under way. Memory the ledger does not know of (a cache a model left behind, another
+process) counts as taken, so the head evicts for it as for a lease. When even evicting every
+candidate could not make that room and no load under way can change it, the ledger decides (the
+memory is not the pool's to free). A load that fails out of memory anyway is retried once, after
+every idle victim on its devices is unloaded; a second failure fails its waiters.
 """
 
 from __future__ import annotations
@@ -25,7 +33,14 @@ import enum
 import math
 from dataclasses import dataclass
 
-from runners.pool.config import MemoryProbe, ModelSpec, PoolConfig, PoolConfigError, QueueMode
+from runners.pool.config import (
+    DeviceMemory,
+    MemoryProbe,
+    ModelSpec,
+    PoolConfig,
+    PoolConfigError,
+    QueueMode,
+)
 from runners.pool.events import (
     AdminDone,
     AdminLoad,
@@ -51,7 +66,7 @@ from runners.pool.events import (
 from runners.pool.eviction import Candidate, choose
 from runners.pool.leases import Ledger, split
 from runners.pool.queue import Waiter, WaitQueue
-from runners.pool.slots import Slot, SlotState
+from runners.pool.slots import IllegalTransition, Slot, SlotState
 from runners.pool.stats import PoolStats
 
 
@@ -95,6 +110,11 @@ class _Plan:
     victims: tuple[str, ...]
 
 
+_WAIT_LOADS = 4
+_BEHIND = 1 << 62
+"""The cost of a device that fits only by the ledger: any device with measured room first."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Granted:
     model: str
@@ -107,15 +127,21 @@ class PoolCore:
 
     def __init__(self, config: PoolConfig, probe: MemoryProbe) -> None:
         self.config = config
+        devices = probe.devices()
         budgets = {
             d.index: config.budget_bytes
             if config.budget_bytes is not None
             else int(d.total_bytes * (1 - config.reserve_fraction))
-            for d in probe.devices()
+            for d in devices
         }
         if not budgets or min(budgets.values()) <= 0:
             raise PoolConfigError("the memory budget must be positive on every device")
         self._ledger = Ledger(budgets)
+        self._probe = probe
+        self._gpus = frozenset(d.index for d in devices if d.gpu)
+        self._headroom = {d.index: _headroom(d, budgets[d.index], config) for d in devices}
+        self._reading: dict[int, int] | None = None
+        """Measured free bytes of each GPU, read once per event when a load is planned."""
         self._specs = {spec.name: spec for spec in config.models}
         self._slots = {
             spec.name: Slot(spec.name, pinned=spec.pinned, load_ewma=spec.load_seconds)
@@ -143,6 +169,7 @@ class PoolCore:
 
     def handle(self, event: Event) -> list[Effect]:
         out: list[Effect] = []
+        self._reading = None
         if self._timer is not None and event.now >= self._timer:
             self._timer = None
         self._apply(event, out)
@@ -155,6 +182,10 @@ class PoolCore:
 
     def budgets(self) -> dict[int, int]:
         return dict(self._ledger.budgets)
+
+    def gpu_devices(self) -> frozenset[int]:
+        """The devices that are GPUs: a model placed there is told which."""
+        return self._gpus
 
     def used(self, device: int) -> int:
         """Bytes leased on ``device`` (LOADING, READY and STOPPING slots)."""
@@ -281,6 +312,7 @@ class PoolCore:
         self._ledger.take(slot.model, slot.devices, slot.lease_bytes)
         slot.ready_at = slot.last_used = e.now
         slot.failures = 0
+        slot.oom_retry = slot.oom_retried = False
         self._start_keep_alive(slot, e.now)
         self._reconcile(slot, e.now, out)
 
@@ -288,11 +320,18 @@ class PoolCore:
         slot = self._slots[e.model]
         if slot.state is SlotState.STOPPING:
             return
+        if e.out_of_memory and not slot.oom_retried:
+            # Its waiters stay queued: the next pass makes room, then loads it once more.
+            slot.to(SlotState.IDLE, f"oom-retry: {e.error}", e.now)
+            self._release(slot)
+            slot.oom_retry = True
+            return
         slot.to(SlotState.FAILED, f"load_failed: {e.error}", e.now)
         self._release(slot)
         self._cool_down(slot, e.now, out)
 
     def _cool_down(self, slot: Slot, now: float, out: list[Effect]) -> None:
+        slot.oom_retry = slot.oom_retried = False
         slot.failures += 1
         cooldown = min(
             self.config.cooldown_initial * 2 ** (slot.failures - 1), self.config.cooldown_max
@@ -302,6 +341,8 @@ class PoolCore:
 
     def _on_unload_done(self, e: UnloadDone, out: list[Effect]) -> None:
         slot = self._slots[e.model]
+        if slot.state is not SlotState.STOPPING:  # LOADING -> IDLE is an out-of-memory retry's
+            raise IllegalTransition(slot.model, slot.state, SlotState.IDLE)
         failed = slot.fail_after_stop
         slot.to(SlotState.FAILED if failed else SlotState.IDLE, "unloaded", e.now)
         self._release(slot)
@@ -414,6 +455,8 @@ class PoolCore:
             spec = self._specs[slot.model]
             plan = self._plan(spec, slot, now)
             if plan is not None and plan.tier == 0:
+                if slot.oom_retry and self._make_room(slot, plan.devices, now, out):
+                    continue
                 slot.load_reason = "pin"
                 self._start_load(slot, spec, plan.devices, now, out)
 
@@ -451,6 +494,8 @@ class PoolCore:
             self._end(w, RejectCode.MODEL_TOO_LARGE, None, out)
             return _Status.DONE
         if plan.tier == 0:
+            if slot.oom_retry and self._make_room(slot, plan.devices, now, out):
+                return _Status.BLOCKED
             if w.admin and slot.load_reason == "request":
                 slot.load_reason = "admin"
             self._start_load(slot, spec, plan.devices, now, out)
@@ -530,6 +575,9 @@ class PoolCore:
         self, slot: Slot, spec: ModelSpec, devices: tuple[int, ...], now: float, out: list[Effect]
     ) -> None:
         per = self._predicted(spec, slot)
+        if slot.oom_retry:
+            slot.load_reason = "oom-retry"
+            slot.oom_retry, slot.oom_retried = False, True
         slot.to(SlotState.LOADING, f"load:{slot.load_reason}", now)
         slot.devices = devices
         slot.lease_bytes = per
@@ -581,10 +629,24 @@ class PoolCore:
     def _device_option(
         self, device: int, model: str, per: int, now: float
     ) -> tuple[int, int, tuple[str, ...]] | None:
-        """(tier, cost, victims) of placing ``per`` bytes on ``device`` (see :class:`_Plan`)."""
+        """(tier, cost, victims) of placing ``per`` bytes on ``device`` (see :class:`_Plan`):
+        within the ledger and, on a GPU, the device's measured room."""
         if self._ledger.ceiling(device, model) < per:
             return None
-        free = self._ledger.free_for(device, model)
+        ledger = self._ledger.free_for(device, model)
+        room = self._room(device)
+        option = self._option(device, model, per, min(ledger, room), now)
+        if option[0] == _WAIT_LOADS and room < ledger and not self._loading_on(device):
+            # Memory outside the ledger holds more than evicting could free, and no load under
+            # way will change that: the ledger decides (an out-of-memory load is retried once).
+            option = self._option(device, model, per, ledger, now)
+            if option[0] == 0:
+                option = (0, _BEHIND, ())
+        return option
+
+    def _option(
+        self, device: int, model: str, per: int, free: int, now: float
+    ) -> tuple[int, int, tuple[str, ...]]:
         if free >= per:
             return (0, free - per, ())
         deficit = per - free - self._stopping_bytes(device)
@@ -593,9 +655,56 @@ class PoolCore:
         try:
             victims = choose(self._candidates(device, model, now), deficit, self.config.policy)
         except LookupError:
-            return (4, deficit, ())
+            return (_WAIT_LOADS, deficit, ())
         tier = 2 if all(v.evictable_now for v in victims) else 3
         return (tier, sum(v.bytes_freed for v in victims), tuple(v.model for v in victims))
+
+    def _room(self, device: int) -> int:
+        """What the device can still take by measure: its free memory less the reserve and
+        the leases of loads under way (their memory is not all taken yet); unbounded where
+        nothing is measured."""
+        free = self._measured().get(device)
+        if free is None:
+            return _BEHIND
+        return free - self._headroom[device] - self._loading_bytes(device)
+
+    def _measured(self) -> dict[int, int]:
+        if self._reading is None:
+            self._reading = {}
+            if self._gpus:
+                try:
+                    devices = self._probe.devices()
+                except Exception:  # no reading this time: the ledger alone decides
+                    devices = []
+                self._reading = {d.index: d.free_bytes for d in devices if d.index in self._gpus}
+        return self._reading
+
+    def _loading_bytes(self, device: int) -> int:
+        return sum(
+            s.lease_bytes
+            for s in self._slots.values()
+            if s.state is SlotState.LOADING and device in s.devices
+        )
+
+    def _loading_on(self, device: int) -> bool:
+        return any(
+            s.state is SlotState.LOADING and device in s.devices for s in self._slots.values()
+        )
+
+    def _make_room(
+        self, slot: Slot, devices: tuple[int, ...], now: float, out: list[Effect]
+    ) -> bool:
+        """Before the one retry of a load that ran out of memory: unload every idle victim on
+        its devices. True while memory there is still being freed (the load waits for it)."""
+        victims = {
+            c.model
+            for device in devices
+            for c in self._candidates(device, slot.model, now)
+            if c.evictable_now
+        }
+        for victim in sorted(victims):
+            self._unload(self._slots[victim], "evicted:oom-retry", "oom-retry", now, out)
+        return any(self._stopping_bytes(device) for device in devices)
 
     def _stopping_bytes(self, device: int) -> int:
         return sum(
@@ -667,3 +776,10 @@ class PoolCore:
         if slot.expires_at is not None and slot.in_flight == 0 and not slot.pinned:
             times.append(slot.expires_at)
         return times
+
+
+def _headroom(device: DeviceMemory, budget: int, config: PoolConfig) -> int:
+    """What a GPU keeps free by measure: the reserve, or less where an explicit budget leaves
+    less of the device outside it."""
+    reserve = int(device.total_bytes * config.reserve_fraction)
+    return max(0, min(reserve, device.total_bytes - budget))

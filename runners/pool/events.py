@@ -75,6 +75,8 @@ class LoadFailed:
     model: str
     error: str
     now: float
+    out_of_memory: bool = False
+    """It ran out of device memory (CUDA OOM and the like): retried once, after evicting."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +177,8 @@ class StartUnload:
     model: str
     reason: str
     """``ttl``, ``evicted:lru``, ``evicted:cost``, ``evicted:reconcile``, ``admin``,
-    ``oom-retry`` (its observed size did not fit: it reloads with that size), ``too_large``,
+    ``oom-retry`` (its observed size did not fit: it reloads with that size),
+    ``evicted:oom-retry`` (room for the retry of a load that ran out of memory), ``too_large``,
     ``load_timeout``."""
 
 

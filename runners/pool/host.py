@@ -8,12 +8,17 @@ backend) become tasks that answer with an event when they end; ``Grant``/``Rejec
 carried out are queued and handled after, never re-entrantly.
 
 The clock is the loop's (monotonic seconds), the one every ``now`` and deadline uses.
+
+A backend is started on the GPUs the core placed it on (none when the core's devices are not
+GPUs). A load that fails out of memory (``torch.OutOfMemoryError``, CUDA's "out of memory", a
+``MemoryError``) says so in its ``LoadFailed``: the core then evicts and retries it once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import uuid
 from collections import deque
 from collections.abc import Coroutine, Mapping
@@ -44,6 +49,25 @@ from runners.pool.events import (
 )
 
 log = logging.getLogger(__name__)
+
+_OOM = re.compile(r"out of memory|OutOfMemoryError|\bOOM\b", re.IGNORECASE)
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether a failed load ran out of memory: by its type (torch's ``OutOfMemoryError``,
+    without importing torch; ``MemoryError``) or by its text, through its causes."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, MemoryError) or any(
+            cls.__name__ == "OutOfMemoryError" for cls in type(current).__mro__
+        ):
+            return True
+        if _OOM.search(str(current)):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +134,9 @@ class PoolHost:
                 if admin is not None and not admin.done():
                     admin.set_result(effect)
             case StartLoad():
-                task = self._spawn(self._load(effect.model))
+                gpus = self.core.gpu_devices()
+                devices = tuple(d for d in effect.devices if d in gpus)
+                task = self._spawn(self._load(effect.model, devices))
                 self._loads[effect.model] = task
             case StartUnload():
                 self.last_unload[effect.model] = (effect.reason, self.now())
@@ -132,10 +158,10 @@ class PoolHost:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _load(self, model: str) -> None:
+    async def _load(self, model: str, devices: tuple[int, ...]) -> None:
         backend = self.backends[model]
         try:
-            observed = await backend.start()
+            observed = await backend.start(devices)
         except asyncio.CancelledError:
             raise
         except Exception as error:
@@ -143,7 +169,7 @@ class PoolHost:
             log.warning("loading %s failed: %s", model, reason)
             self.load_errors[model] = reason
             await self._stop(model, backend)
-            self.handle(LoadFailed(model, reason, self.now()))
+            self.handle(LoadFailed(model, reason, self.now(), out_of_memory(error)))
             return
         finally:
             self._loads.pop(model, None)

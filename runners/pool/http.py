@@ -51,9 +51,10 @@ from prometheus_client.core import (
 
 from runners import COG_VERSION
 from runners import protocol as wire
-from runners.auth import TOKEN_REQUIRED, is_loopback_host, require_internal
+from runners.auth import LOOPBACK_TRUSTED, TOKEN_REQUIRED, is_loopback_host, require_internal
 from runners.config import RunnerConfig
 from runners.control import _body
+from runners.encoding import refuse_encoded_bodies
 from runners.errors import (
     InvalidFieldError,
     LifecycleConflictError,
@@ -66,12 +67,13 @@ from runners.errors import (
     UnknownTaskError,
 )
 from runners.optokens import NonceStore, OpTokenVerifier, RedisNonceStore
-from runners.pool.backends import Backend, ConduitBackend, SystemProbe, build
+from runners.pool.backends import Backend, ConduitBackend, build
 from runners.pool.config import FixedProbe, MemoryProbe, PoolConfigError
 from runners.pool.config_file import PoolFile, load
 from runners.pool.core import PoolCore, SlotView
 from runners.pool.events import Grant, Reject, RejectCode
 from runners.pool.host import Ask, PoolHost
+from runners.pool.nvml import SystemProbe
 from runners.pool.slots import SlotState
 from runners.problems import refusals
 from runners.protocol.lifecycle import (
@@ -229,6 +231,7 @@ class Pool:
 
 
 POOL = web.AppKey("pool", Pool)
+PROBE = web.AppKey("probe", MemoryProbe)
 
 
 # --- auth -------------------------------------------------------------------------------------
@@ -827,7 +830,9 @@ def _op_tokens(config: RunnerConfig, runner_id: str) -> OpTokenVerifier | None:
 
 
 def _probe(file: PoolFile) -> MemoryProbe:
-    if file.budget is not None:
+    """NVML's GPUs, read live, unless a budget is given without ``device: gpu`` (then one
+    device of that budget, as on a CPU host)."""
+    if file.budget is not None and file.device != "gpu":
         return FixedProbe((file.budget,))
     return SystemProbe(file.device)
 
@@ -839,16 +844,19 @@ def create_app(
     config = config or RunnerConfig.from_env()
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[refusals])
     app[TOKEN_REQUIRED] = config.token is not None
+    app[LOOPBACK_TRUSTED] = config.trust_loopback
     app.middlewares.append(_authenticate(config.token))
+    app.middlewares.append(refuse_encoded_bodies)
 
     async def on_startup(app: web.Application) -> None:
         session = aiohttp.ClientSession(auto_decompress=False)
         runner_id = config.runner_id or f"{socket.gethostname()}:{os.getpid()}"
+        memory = app[PROBE] = probe or _probe(file)
         backends = {
-            m.name: build(m.name, m.backend, m.concurrency, m.size, config, session)
+            m.name: build(m.name, m.backend, m.concurrency, m.size, config, session, memory)
             for m in file.models
         }
-        core = PoolCore(file.pool_config(), probe or _probe(file))
+        core = PoolCore(file.pool_config(), memory)
         host = PoolHost(core, backends)
         app[POOL] = Pool(file, host, session, runner_id, _op_tokens(config, runner_id))
         host.start()
@@ -861,6 +869,8 @@ def create_app(
         await pool.session.close()
         if pool.op_tokens is not None:
             await pool.op_tokens.nonces.aclose()
+        if isinstance(memory := app[PROBE], SystemProbe):
+            memory.close()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
@@ -890,7 +900,10 @@ def create_app(
 
 async def run(app: web.Application, host: str, port: int) -> None:
     """Serve until SIGTERM, SIGINT or ``POST /shutdown``; then stop every backend."""
-    runner = web.AppRunner(app, handler_cancellation=True, handle_signals=False)
+    # Bodies as sent: an encoded one is refused (runners.encoding), never inflated.
+    runner = web.AppRunner(
+        app, handler_cancellation=True, handle_signals=False, auto_decompress=False
+    )
     await runner.setup()
     loop = asyncio.get_running_loop()
     stop = app[POOL].shutdown
@@ -912,8 +925,12 @@ async def run(app: web.Application, host: str, port: int) -> None:
 def serve(config_path: str, host: str, port: int) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     file = load(config_path)
+    probe = _probe(file)
     try:  # a configuration the core refuses (pins over the budget) stops here, not mid-start
-        PoolCore(file.pool_config(), _probe(file))
-    except PoolConfigError as error:
+        PoolCore(file.pool_config(), probe)
+    except PoolConfigError as error:  # NoDeviceError too: device: gpu, and NVML finds none
         raise SystemExit(f"conduit runner pool: {error}") from None
+    finally:
+        if isinstance(probe, SystemProbe):
+            probe.close()
     asyncio.run(run(create_app(file), host, port))

@@ -22,6 +22,7 @@ _ALLOWED: frozenset[tuple[SlotState, SlotState]] = frozenset(
         (SlotState.LOADING, SlotState.READY),
         (SlotState.LOADING, SlotState.FAILED),
         (SlotState.LOADING, SlotState.STOPPING),  # past its load deadline
+        (SlotState.LOADING, SlotState.IDLE),  # out of memory: retried once, after evicting
         (SlotState.READY, SlotState.STOPPING),
         (SlotState.STOPPING, SlotState.IDLE),
         (SlotState.STOPPING, SlotState.FAILED),  # the stop of a load past its deadline
@@ -71,6 +72,11 @@ class Slot:
     fail_after_stop: bool = False
     draining: bool = False
     """An admin unload (or admin evict) waits for it: no new grants."""
+    oom_retry: bool = False
+    """Its last load ran out of memory: the next one first unloads every idle victim on its
+    devices, and is the last try."""
+    oom_retried: bool = False
+    """The load under way is that last try: out of memory again, it fails."""
     load_reason: str = "request"
     last: Transition = field(default_factory=lambda: Transition(SlotState.IDLE, "config", 0.0))
     runs: deque[float] = field(default_factory=lambda: deque(maxlen=50))

@@ -42,6 +42,8 @@ ACCEPT: Final = "Accept"
 LOCATION: Final = "Location"
 AUTHORIZATION: Final = "Authorization"
 WWW_AUTHENTICATE: Final = "WWW-Authenticate"
+CONTENT_ENCODING: Final = "Content-Encoding"
+ACCEPT_ENCODING: Final = "Accept-Encoding"
 USER_AGENT: Final = "User-Agent"
 TRACE_HEADERS: Final = ("traceparent", "tracestate")
 """W3C trace context: a runner passes a prediction request's on to its webhooks."""

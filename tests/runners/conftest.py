@@ -107,8 +107,14 @@ class Runner:
 
 StartRunner = Callable[..., Awaitable[Runner]]
 
+# No runner token here: these tests are the runner's protocol, not its trust boundary
+# (tests/runners/test_runner_auth.py), so they cancel and stop it from loopback, trusted.
 TEST_CONFIG = RunnerConfig(
-    throttle_interval=0.5, webhook_backoff_base=0.001, webhook_timeout=5.0, shutdown_grace=1.0
+    throttle_interval=0.5,
+    webhook_backoff_base=0.001,
+    webhook_timeout=5.0,
+    shutdown_grace=1.0,
+    trust_loopback=True,
 )
 
 

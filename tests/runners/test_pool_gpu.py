@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from runners.pool.backends import SystemProbe
+from runners.pool.nvml import SystemProbe
 from tests.fixtures.pool_host import start_pool
 from tests.fixtures.processes import RUNNER_AUTH, RUNNER_TOKEN
 

@@ -2,7 +2,8 @@
 
 - Without the runner token: every route but the health checks is 401, and nothing happens
   (no prediction runs, the runner does not stop, a director's stream is not taken over).
-- Without a token configured: shutdown, cancel and attach from a peer off loopback are 403.
+- Without a token configured but trusting loopback: shutdown, cancel and attach from a peer
+  off loopback are 403 (and from anyone, not trusting it: tests/runners/test_internal_routes.py).
   A test cannot open a connection from a non-loopback address without leaving loopback, so a
   test-only middleware in front of the real app rewrites the peer address the runner sees
   (``request.clone(remote=...)``), exactly as a connection over a network would present it.
@@ -260,13 +261,13 @@ def test_a_weak_or_shared_token_is_refused_at_start() -> None:
     assert RunnerConfig(token="").token is None
 
 
-# --- without a runner token: internal calls from loopback only ------------------------------
+# --- without a runner token, trusting loopback: internal calls from loopback only -----------
 
 
 async def test_internal_calls_from_off_loopback_are_refused_without_a_token(
     start: Start, http: aiohttp.ClientSession
 ) -> None:
-    runner = await start(peers=True)
+    runner = await start(peers=True, trust_loopback=True)
     url = f"{runner.url}/predictions/i1"
     request = {"input": {"prompt": "x", "n": 3, "delay": 0.2}}
     async with http.put(url, json=request, headers=STREAM) as director:

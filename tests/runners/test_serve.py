@@ -48,7 +48,12 @@ async def spawn() -> AsyncIterator[Spawn]:
     started: list[tuple[Process, asyncio.Task[None]]] = []
 
     async def start(grace: float) -> Process:
-        env = {**os.environ, "CONDUIT_RUNNER_SHUTDOWN_GRACE": str(grace)}
+        # No token: /shutdown comes from this test, on loopback, which the runner must trust.
+        env = {
+            **os.environ,
+            "CONDUIT_RUNNER_SHUTDOWN_GRACE": str(grace),
+            "CONDUIT_RUNNER_TRUST_LOOPBACK": "true",
+        }
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             *("-m", "runners", "echo", "--host", "127.0.0.1", "--port", "0"),

@@ -45,6 +45,7 @@ from runners.pool import (
     UnloadDone,
 )
 from runners.pool.slots import Slot
+from tests.fixtures.fake_gpu import FakeGpu
 
 GiB = 2**30
 E = TypeVar("E")
@@ -89,6 +90,7 @@ LEGAL = {
     (SlotState.LOADING, SlotState.READY),
     (SlotState.LOADING, SlotState.FAILED),
     (SlotState.LOADING, SlotState.STOPPING),
+    (SlotState.LOADING, SlotState.IDLE),
     (SlotState.READY, SlotState.STOPPING),
     (SlotState.STOPPING, SlotState.IDLE),
     (SlotState.STOPPING, SlotState.FAILED),
@@ -508,8 +510,9 @@ MODELS = [
 class Host:
     """A fake host: carries out effects as pending completions the test then delivers."""
 
-    def __init__(self, core: PoolCore) -> None:
+    def __init__(self, core: PoolCore, gpu: FakeGpu | None = None) -> None:
         self.core = core
+        self.gpu = gpu
         self.now = 0.0
         self.timer: float | None = None
         self.loading: list[str] = []
@@ -589,6 +592,8 @@ OPS = st.one_of(
     st.tuples(st.just("advance"), st.sampled_from([0.5, 5.0, 31.0, 400.0])),
     st.tuples(st.just("load_done"), st.integers(0, 5), st.sampled_from([0.5, 1.0])),
     st.tuples(st.just("load_failed"), st.integers(0, 5)),
+    st.tuples(st.just("load_oom"), st.integers(0, 5)),
+    st.tuples(st.just("outside"), st.integers(0, 1), st.sampled_from([0, 2, 5, 12])),
     st.tuples(st.just("unload_done"), st.integers(0, 5)),
     st.tuples(st.just("serve_done"), st.integers(0, 20)),
     st.tuples(st.just("admin"), st.integers(0, len(MODELS) - 1), st.booleans()),
@@ -614,8 +619,8 @@ def _step(host: Host, op: tuple, n: int) -> None:  # type: ignore[type-arg]
             m = host.loading.pop(k % len(host.loading))
             size = next(s.declared_bytes for s in MODELS if s.name == m)
             host.send(LoadDone(m, int(size * fraction), now))
-        case ("load_failed", k) if host.loading:
-            host.send(LoadFailed(host.loading.pop(k % len(host.loading)), "boom", now))
+        case ("load_failed" | "load_oom" | "outside", *_):
+            _step_failures(host, op)
         case ("unload_done", k) if host.stopping:
             host.send(UnloadDone(host.stopping.pop(k % len(host.stopping)), now))
         case ("serve_done", k) if host.serving:
@@ -627,6 +632,21 @@ def _step(host: Host, op: tuple, n: int) -> None:  # type: ignore[type-arg]
             pass
 
 
+def _step_failures(host: Host, op: tuple) -> None:  # type: ignore[type-arg]
+    """Loads that fail (out of memory or not), memory the ledger does not know of."""
+    match op:
+        case ("load_failed", k) if host.loading:
+            host.send(LoadFailed(host.loading.pop(k % len(host.loading)), "boom", host.now))
+        case ("load_oom", k) if host.loading:
+            model = host.loading.pop(k % len(host.loading))
+            host.send(LoadFailed(model, "CUDA out of memory", host.now, out_of_memory=True))
+        case ("outside", device, gib) if host.gpu is not None:
+            host.gpu.outside[device] = gib * GiB  # memory the ledger does not know of
+        case _:
+            pass
+
+
+@pytest.mark.parametrize("on_gpu", [False, True], ids=["ledger", "gpu"])
 @pytest.mark.parametrize("policy", list(Policy))
 @pytest.mark.parametrize("mode", list(QueueMode))
 @settings(max_examples=60, deadline=None)
@@ -634,10 +654,17 @@ def _step(host: Host, op: tuple, n: int) -> None:  # type: ignore[type-arg]
 def test_random_event_sequences_keep_the_invariants(
     policy: Policy,
     mode: QueueMode,
+    on_gpu: bool,
     ops: list[tuple],  # type: ignore[type-arg]
 ) -> None:
-    core = pool(*MODELS, budget=10, devices=2, policy=policy, queue_mode=mode, max_queue_depth=8)
-    host = Host(core)
+    """On a GPU, the devices also hold memory the ledger does not know of, and loads may run
+    out of memory."""
+    gpu = FakeGpu((11 * GiB, 11 * GiB)) if on_gpu else None
+    config = PoolConfig(
+        models=MODELS, budget_bytes=10 * GiB, policy=policy, queue_mode=mode, max_queue_depth=8
+    )
+    core = PoolCore(config, gpu or FixedProbe((10 * GiB,) * 2))
+    host = Host(core, gpu)
     host.send(Start(0.0))
     for n, op in enumerate(ops):
         _step(host, op, n)

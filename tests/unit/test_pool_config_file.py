@@ -1,0 +1,39 @@
+"""The pool's configuration file as the README documents it: its YAML example is read by a
+default install, with no extra to install first."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import requires
+from pathlib import Path
+
+from runners.pool.config_file import load, parse_size
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _pool_example() -> str:
+    """The first ``yaml`` block of the README's "Running a pool" section."""
+    text = README.read_text()
+    section = text[text.index("### Running a pool") :]
+    match = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
+    assert match is not None, "the README's pool section has no yaml example"
+    return match[1]
+
+
+def test_the_readme_yaml_example_loads(tmp_path: Path) -> None:
+    path = tmp_path / "pool.yaml"
+    path.write_text(_pool_example())
+    file = load(path)
+    assert file.budget == parse_size("24GiB")
+    assert [m.name for m in file.models] == ["small", "llm", "legacy"]
+    llm = file.models[1]
+    assert llm.pinned and llm.backend.conduit == "vllm" and llm.load_timeout == 600
+    assert file.models[2].backend.cog is not None
+
+
+def test_the_yaml_parser_is_a_base_dependency() -> None:
+    """A default install (no extras) can read the documented YAML format."""
+    base = [r for r in requires("conduit") or [] if "extra ==" not in r]
+    assert any(re.match(r"pyyaml\b", r, re.IGNORECASE) for r in base), base
+    assert "needs PyYAML" not in README.read_text()
