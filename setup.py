@@ -5,7 +5,17 @@ directory), where ``conduit migrate`` finds them."""
 
 from setuptools import find_namespace_packages, setup
 
-PACKAGES = ["api*", "director*", "tracker*", "runners*", "conduit*"]
+PACKAGES = [
+    "core*",
+    "protocol*",
+    "runners*",
+    "tracker*",
+    "lane*",
+    "director*",
+    "gateway*",
+    "api*",
+    "conduit*",
+]
 
 setup(
     packages=[

@@ -25,7 +25,6 @@ from api.cache import Catalog
 from api.deps import Resources
 from api.encoding import RefuseContentEncoding
 from api.event_hub import EventHub
-from api.lane.service import Lane
 from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
@@ -36,6 +35,8 @@ from api.settings import ApiSettings
 from api.waiter_shares import WaiterShares
 from director.queue import Queue
 from director.queue import connect as connect_redis
+from lane.service import Lane
+from lane.settings import LaneSettings
 from tracker import catalog
 from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
@@ -86,7 +87,9 @@ def release_on_exit_signals(hub: EventHub) -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
-def create_app(settings: ApiSettings) -> FastAPI:
+def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None) -> FastAPI:
+    lane_env = lane_settings or LaneSettings()
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
@@ -132,7 +135,7 @@ def create_app(settings: ApiSettings) -> FastAPI:
             dispatcher=dispatcher,
             new_predictions=Batcher(functools.partial(insert_predictions, engine)),
             replica=replica,
-            lane=Lane(redis, engine, settings, on_wait=app.state.metrics.lane_wait.observe),
+            lane=Lane(redis, engine, lane_env, on_wait=app.state.metrics.lane_wait.observe),
             create_limit=CreateRateLimit.configured(
                 redis, settings.create_rate_limit, settings.create_rate_burst
             ),

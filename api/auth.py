@@ -9,7 +9,7 @@ ones out. Hence, in this order, and before any query:
 2. An address over its budget of failed authentications (a token bucket, ``20/min`` with a
    burst of ``20`` by default) gets 429 ``rate_limited`` with ``Retry-After``.
 3. A token that cannot be one by its shape (not ``r8_`` + 40 URL-safe characters, what
-   :func:`tracker.ids.new_api_token` makes) is refused (401).
+   :func:`core.ids.new_api_token` makes) is refused (401).
 4. A token refused within ``cache_ttl`` is refused again from a bounded LRU of unknown tokens,
    kept apart from the valid ones: a flood of them evicts only its own kind.
 5. Otherwise Postgres is asked (one query per token however many requests wait for it).
@@ -43,7 +43,7 @@ from api.settings import ApiSettings
 from tracker.capabilities import StreamSigner, Verdict
 from tracker.catalog import AccountInfo
 
-#: What :func:`tracker.ids.new_api_token` makes: ``r8_`` and 30 random bytes, URL-safe base64.
+#: What :func:`core.ids.new_api_token` makes: ``r8_`` and 30 random bytes, URL-safe base64.
 TOKEN_SHAPE = re.compile(r"r8_[A-Za-z0-9_-]{40}")
 #: Fraction of a valid token's life at the end of which it is re-checked in the background.
 _REFRESH_AHEAD = 0.2

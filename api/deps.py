@@ -13,10 +13,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.auth import Authenticator
 from api.cache import Catalog
 from api.event_hub import EventHub
-from api.lane.service import Lane
 from api.rate_limits import CreateRateLimit
 from api.settings import ApiSettings
 from director.queue import Queue
+from lane.service import Lane
 from tracker.capabilities import StreamSigner
 from tracker.catalog import AccountInfo
 from tracker.deliveries import Dispatcher

@@ -17,11 +17,17 @@ Exception tree::
     │                            ``code: "unsupported_content_encoding"``)
     ├── RateLimited         429: too many failed authentications from the client's address
     │                            (``code: "rate_limited"``, with Retry-After)
+    ├── OutOfCapacity       429: the synchronous lane has no permit for a ``/run``
+    │                            (``code: "out_of_capacity"``, with Retry-After)
+    ├── RunnerFailed        502: a ``/run`` failed on its runner(s) (``code: "runner_failed"``)
     └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
 
 A problem may carry ``code``, a stable machine-readable name beside the human ``detail``.
 
-Database errors: only a connection-level failure (``tracker.retry.TRANSIENT``) is a 503, and so
+The synchronous lane's refusals (``lane.errors``) are mapped here (:func:`lane_problem`): its
+``OutOfCapacity`` and ``RunFailed`` to the problems above, ``LaneNotRunning`` to a 503.
+
+Database errors: only a connection-level failure (``core.transient.TRANSIENT``) is a 503, and so
 is a wait for a pooled connection that ran out (``CONDUIT_DATABASE_POOL_TIMEOUT``: every
 connection busy, e.g. behind a lock another client holds): an outage, never a 500. A value
 Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400, a
@@ -41,7 +47,9 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tracker.retry import TRANSIENT
+from core.transient import TRANSIENT
+from lane import errors as lane_errors
+from lane.events import RejectReason
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -150,6 +158,39 @@ class Unavailable(Problem):
         super().__init__(detail, headers={"Retry-After": str(retry_after)})
 
 
+class OutOfCapacity(Problem):
+    status = 429
+    title = "Too Many Requests"
+
+    _DETAIL = {
+        RejectReason.OUT_OF_CAPACITY: "Capacity temporarily exceeded: the queue is full.",
+        RejectReason.EXPIRED: "Capacity temporarily exceeded: no runner freed up in time.",
+        RejectReason.NO_RUNNER: "No runner serves this model now.",
+    }
+
+    def __init__(self, reason: RejectReason, retry_after: int) -> None:
+        super().__init__(
+            self._DETAIL[reason], headers={"Retry-After": str(retry_after)}, code="out_of_capacity"
+        )
+
+
+class RunnerFailed(Problem):
+    status = 502
+    title = "Bad Gateway"
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, code="runner_failed")
+
+
+def lane_problem(error: lane_errors.LaneError) -> Problem:
+    """The problem a refusal of the synchronous lane is answered with."""
+    if isinstance(error, lane_errors.OutOfCapacity):
+        return OutOfCapacity(error.reason, error.retry_after_s)
+    if isinstance(error, lane_errors.RunFailed):
+        return RunnerFailed(error.detail)
+    return Unavailable("The synchronous lane is not running on this server.")
+
+
 def problem_response(
     status: int,
     title: str,
@@ -187,6 +228,11 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
         headers=exc.headers,
         code=exc.code,
     )
+
+
+async def _on_lane(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, lane_errors.LaneError)
+    return await _on_problem(request, lane_problem(exc))
 
 
 async def _on_validation(request: Request, exc: Exception) -> JSONResponse:
@@ -297,6 +343,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
+    app.add_exception_handler(lane_errors.LaneError, _on_lane)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(DBAPIError, _on_database)

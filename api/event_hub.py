@@ -45,6 +45,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
 from api.waiter_shares import WaiterShares
+from core.backoff import backoff_delay
 from tracker import redis_connect
 from tracker.events import Event, EventLog, EventType
 from tracker.keys import events_key, slot_tag
@@ -291,7 +292,7 @@ class _Reader:
             await client.connection_pool.release(connection)
 
     async def _run(self) -> None:
-        backoff = 0.05
+        failures = 0  # in a row: the wait after each is 0.05 s doubling to 1 s
         while not self.hub.released:
             streams = self.hub._streams(self.tag)
             if not streams:
@@ -310,10 +311,10 @@ class _Reader:
                 self._client_id = None
                 with contextlib.suppress(Exception):
                     await self._lost()
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await asyncio.sleep(backoff_delay(failures, initial=0.05, cap=1.0))
+                failures += 1
                 continue
-            backoff = 0.05
+            failures = 0
             try:
                 self.hub._dispatch(self.tag, reply)
             except Exception:

@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import Resources
 from api.errors import NotFound
-from api.lane.metrics import LaneCollector, LaneWait
+from lane.metrics import LaneCollector, LaneWait
 
 #: Latency buckets (s): the API's own answers take milliseconds; ``Prefer: wait`` up to 60 s.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)

@@ -3,7 +3,7 @@
 A client's own id is adopted when it is sane (1-128 characters of ``[A-Za-z0-9._-]``), so a
 caller can follow its request through its own logs and Conduit's; anything else is replaced
 by a new one rather than refused, as a request id is no part of what was asked. The id is
-bound for the request's task (:mod:`conduit.logging_setup`), so every line logged while it is
+bound for the request's task (:mod:`core.logs`), so every line logged while it is
 handled carries it, and a prediction it creates is stored with it
 (``predictions.request_id``), for the director's lines about that prediction.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from conduit.logging_setup import bound, new_request_id, sane_request_id
+from core.logs import bound, new_request_id, sane_request_id
 
 HEADER = "X-Request-Id"
 _HEADER_KEY = HEADER.lower().encode("latin-1")

@@ -21,14 +21,14 @@ from api.prediction_filters import PredictionFilters
 from api.priority import honoured
 from api.protocol import PredictionCreate
 from api.validation import check_input
-from conduit.logging_setup import REQUEST_ID
+from core.ids import new_prediction_id
+from core.logs import REQUEST_ID
+from core.ssrf import BlockedAddress, check_webhook_url
 from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
-from tracker.ids import new_prediction_id
 from tracker.keys import Target
 from tracker.priority import Priority
 from tracker.render import render_prediction
-from tracker.ssrf import BlockedAddress, check_webhook_url
 from tracker.states import Status
 from tracker.store import NewPrediction, PageKey
 

@@ -1,5 +1,5 @@
-"""API settings, from ``CONDUIT_API_*``, ``DATABASE_URL``, ``REDIS_URL`` and
-``CONDUIT_RUNNER_TOKEN``."""
+"""API settings, from ``CONDUIT_API_*``, ``DATABASE_URL`` and ``REDIS_URL``; the synchronous
+lane's are its own (``lane.settings``)."""
 
 from __future__ import annotations
 
@@ -26,13 +26,6 @@ class ApiSettings(BaseSettings):
     database_read_url: str | None = Field(
         None,
         validation_alias=AliasChoices("CONDUIT_DATABASE_READ_URL", "CONDUIT_API_DATABASE_READ_URL"),
-    )
-    #: The runners' shared secret (their ``CONDUIT_RUNNER_TOKEN``), sent when the api calls a
-    #: runner itself; the fleet registry never holds it.
-    runner_token: str | None = Field(
-        None,
-        repr=False,
-        validation_alias=AliasChoices("CONDUIT_RUNNER_TOKEN", "CONDUIT_API_RUNNER_TOKEN"),
     )
     #: Absolute base of the URLs the API hands out (``urls.get``, pagination cursors). Derived
     #: from each request's Host when unset; set it behind a proxy.
@@ -114,6 +107,11 @@ class ApiSettings(BaseSettings):
     body_min_rate: float = Field(256.0, ge=0)
     #: Seconds a connection may leave its answers unread before it is dropped.
     send_timeout: float = Field(60.0, gt=0)
+    #: Seconds an idle connection is kept open after an answer. Longer than the idle expiry of
+    #: clients' pools (httpx and others: 5 s) and load balancers (60 s), so the client, not the
+    #: server, ends an idle connection: a server closing it as a client reuses it loses that
+    #: request ("server disconnected without sending a response").
+    keep_alive_timeout: int = Field(65, gt=0)
     #: Most connections open at once, and from one client address (IPv6: per /64; trusted
     #: proxies count only towards the first); past either, 503 and the connection is closed.
     max_connections: int = Field(8192, ge=1)
@@ -132,19 +130,3 @@ class ApiSettings(BaseSettings):
     metrics_port: int | None = Field(None, ge=0, le=65535)
     #: Address of the ``metrics_port`` listener; ``0.0.0.0`` for Prometheus in another pod.
     metrics_host: str = "127.0.0.1"
-
-    # The synchronous lane (``/run``, ``api.lane``).
-    #: Requests a deployment may queue per permit of its runners (this replica's share).
-    lane_queue_factor: int = Field(10, ge=1)
-    #: Seconds a ``/run`` request may wait in the queue before it is refused (429).
-    lane_queue_ttl: float = Field(30.0, gt=0)
-    #: Seconds between reads of the fleet registry.
-    lane_fleet_interval: float = Field(1.0, gt=0)
-    #: Seconds between full re-reads of the runners by the lane, even unchanged: clears a
-    #: runner marked full after its refusal (at most 5 s is the design's bound).
-    lane_refresh: float = Field(5.0, gt=0, le=5)
-    #: Seconds between this replica's heartbeats in the lane's membership.
-    lane_member_heartbeat: float = Field(1.0, gt=0)
-    #: Seconds after its last heartbeat that a replica stops counting (its share of every
-    #: runner's permits goes to the others).
-    lane_member_ttl: float = Field(3.0, gt=0)

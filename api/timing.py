@@ -12,12 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from protocol.timings import decimal_seconds as seconds
 from tracker.states import Status
 from tracker.usage import remote_times
-
-
-def seconds(value: float) -> str:
-    return f"{value:.6f}".rstrip("0").rstrip(".") or "0"
 
 
 def timing_headers(

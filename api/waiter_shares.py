@@ -7,7 +7,7 @@ capability, so one leaked link is enough for anyone to do it in that account's n
 prediction therefore has a share of its own, inside its account's, and a flood through one
 link costs the account only that prediction's share.
 
-The shares are the ``/run`` lane's rule (``api.lane.queue.account_cap``): an account may hold
+The shares are the ``/run`` lane's rule (``lane.queue.account_cap``): an account may hold
 half the process's places (rounded up), a prediction half its account's, unless configured.
 Counts are per process, like the cap they divide.
 """
@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import TypeVar
 
-from api.lane.queue import account_cap
+from lane.queue import account_cap
 
 K = TypeVar("K", bound=Hashable)
 

@@ -42,7 +42,7 @@ import psutil
 if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from conduit.services import free_port
+from core.ports import free_port
 from runners.model import PredictContext
 from runners.models.embeddings import DIMENSIONS, EmbeddingsModel
 from tests.fixtures.processes import Proc, _ready

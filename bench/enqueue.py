@@ -22,7 +22,7 @@ from bench import loadgen
 from bench.baselines.server import create_table
 from bench.report import Repeated, machine, ratio, table
 from bench.stack import BenchStack, running_stack
-from conduit.services import free_port
+from core.ports import free_port
 from tests.fixtures.processes import _healthy
 from tests.fixtures.waiting import wait_for
 

@@ -24,9 +24,11 @@ from typing import Any
 import psycopg
 
 from conduit.cli import migrate
-from conduit.services import create_database, free_port, local_services
+from conduit.services import local_services
+from core.ports import free_port
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, Proc, _ready, base_env
+from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,8 +18,8 @@ import httpx
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from runners.protocol import bearer
-from tracker import catalog
+from protocol import bearer
+from tracker import catalog, catalog_admin
 from tracker.fleet import FleetEntry, read_fleet
 from tracker.priority import Priority
 
@@ -64,14 +64,14 @@ def read_runner_schema(
 async def create_account(engine: AsyncEngine, name: str, admin: bool | None = None) -> str:
     """A new token for account ``name`` (created if missing); ``admin=True`` makes it an
     admin, None leaves an existing account's flag as it was."""
-    _, token = await catalog.create_account(engine, name, admin)
+    _, token = await catalog_admin.create_account(engine, name, admin)
     return token
 
 
 async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> str:
     """Whether ``account`` is an admin: it may read the fleet (``GET /v1/fleet``)."""
     try:
-        await catalog.set_admin(engine, account, admin)
+        await catalog_admin.set_admin(engine, account, admin)
     except LookupError as error:
         raise SystemExit(str(error)) from error
     return f"account {account} is {'an admin' if admin else 'not an admin'}"
@@ -123,10 +123,10 @@ async def create_model(
     chosen = _visibility(visibility)
     schema, cog_version = read_runner_schema(runner_url, runner_token)
     async with engine.begin() as conn:
-        created = await catalog.ensure_account(conn, owner)
+        created = await catalog_admin.ensure_account(conn, owner)
     if created:
         _note_new_owner(owner)
-    return await catalog.create_version(
+    return await catalog_admin.create_version(
         engine, owner, short, schema, cog_version, shards, visibility=chosen
     )
 
@@ -158,7 +158,7 @@ async def create_deployment(
             raise SystemExit(f"account {account} does not exist")
     existed = await catalog.get_account(engine, owner) is not None
     try:
-        deployment = await catalog.create_deployment(
+        deployment = await catalog_admin.create_deployment(
             engine,
             owner,
             short,
@@ -173,7 +173,7 @@ async def create_deployment(
             allow_high_priority=allow_high_priority,
         )
         for account in granted:
-            await catalog.grant(engine, account, "deployment", owner, short)
+            await catalog_admin.grant(engine, account, "deployment", owner, short)
     except LookupError as error:
         raise SystemExit(str(error)) from error
     if not existed:
@@ -187,7 +187,7 @@ async def grant(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: st
     said = []
     for account in _names(accounts, required=True):
         try:
-            new = await catalog.grant(engine, account, kind, owner, short)
+            new = await catalog_admin.grant(engine, account, kind, owner, short)
         except LookupError as error:
             raise SystemExit(str(error)) from error
         said.append(f"{account} {'granted' if new else 'already granted'} {kind} {name}")
@@ -200,7 +200,7 @@ async def revoke(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: s
     said = []
     for account in _names(accounts, required=True):
         try:
-            had = await catalog.revoke(engine, account, kind, owner, short)
+            had = await catalog_admin.revoke(engine, account, kind, owner, short)
         except LookupError as error:
             raise SystemExit(str(error)) from error
         said.append(f"{account} {'revoked from' if had else 'had no grant on'} {kind} {name}")
@@ -214,7 +214,7 @@ async def set_visibility(
     chosen = _visibility(visibility)
     assert chosen is not None
     try:
-        await catalog.set_visibility(engine, kind, owner, short, chosen)
+        await catalog_admin.set_visibility(engine, kind, owner, short, chosen)
     except LookupError as error:
         raise SystemExit(str(error)) from error
     return f"{kind} {name} is {chosen}"
@@ -228,10 +228,10 @@ async def entitle_priority(
     try:
         if deployment is not None:
             owner, short = split_name(deployment)
-            await catalog.entitle_deployment_priority(engine, owner, short, allowed)
+            await catalog_admin.entitle_deployment_priority(engine, owner, short, allowed)
             subject = f"deployment {deployment}"
         elif account is not None:
-            await catalog.entitle_account_priority(engine, account, allowed)
+            await catalog_admin.entitle_account_priority(engine, account, allowed)
             subject = f"account {account}"
         else:
             raise SystemExit("name an account or a --deployment")

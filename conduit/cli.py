@@ -91,13 +91,14 @@ def cmd_api(args: argparse.Namespace) -> None:
         ws="none",  # no route is a WebSocket: an upgrade request is served as plain HTTP
         access_log=False,
         log_level="warning",
-        # uvicorn's loggers go through the process's own handler (conduit.logging_setup), so
+        # uvicorn's loggers go through the process's own handler (core.logs), so
         # CONDUIT_LOG_FORMAT=json covers its lines too.
         log_config=None,
         # Open requests get this long to end after SIGTERM. Waiters are answered at once then
         # (api.app.release_on_exit_signals); the bound keeps an SSE client or a slow upload
         # from holding the shutdown past what the orchestrator allows.
         timeout_graceful_shutdown=settings.shutdown_timeout,
+        timeout_keep_alive=settings.keep_alive_timeout,
         # X-Forwarded-For names the client only when a trusted proxy sent it (uvicorn would
         # otherwise trust any loopback peer): failed logins are counted per client address.
         proxy_headers=bool(trusted),
@@ -487,13 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
 def configure_logging() -> None:
     """``CONDUIT_LOG_LEVEL`` (default INFO) and ``CONDUIT_LOG_FORMAT`` (``text`` or ``json``),
     the same for every subcommand."""
-    from conduit.logging_setup import configure
+    from core.logs import configure_from_env
 
     try:
-        configure(
-            os.environ.get("CONDUIT_LOG_LEVEL", "INFO"),
-            os.environ.get("CONDUIT_LOG_FORMAT", "text"),
-        )
+        configure_from_env()
     except ValueError as error:
         raise SystemExit(f"conduit: {error}") from None
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import httpx
 
-from conduit.services import ServicesUnavailable, free_port, local_services
+from conduit.services import ServicesUnavailable, local_services
+from core.ports import free_port
 
 MODEL = "conduit/echo"
 CONCURRENCY = 4

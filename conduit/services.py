@@ -1,11 +1,11 @@
-"""Throwaway local Redis and PostgreSQL servers for ``conduit dev`` and the test suite.
+"""Throwaway local Redis and PostgreSQL servers for ``conduit dev`` (and the test suite).
 
 This module owns child server processes and nothing else: binary discovery (plus an
-``apt-get`` install when running as root on Debian/Ubuntu), free loopback ports, start
-with a readiness deadline, stop/kill/pause/resume/restart for fault-injection tests,
-``create_database`` for isolated test databases, and ``local_services`` which uses
-``REDIS_URL``/``DATABASE_URL`` when given and otherwise starts throwaway servers in a
-temporary directory. It never touches system-wide services or their data directories.
+``apt-get`` install when running as root on Debian/Ubuntu), start with a readiness deadline,
+stop, and ``local_services`` which uses ``REDIS_URL``/``DATABASE_URL`` when given and otherwise
+starts throwaway servers in a temporary directory. It never touches system-wide services or
+their data directories. What only the tests do to these servers (pause, resume, restart,
+a database per test) lives with them, in ``tests/fixtures/servers.py``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
-from psycopg import sql
 
-HOST = "127.0.0.1"
+from core.ports import LOOPBACK as HOST
+from core.ports import free_port
+
 PG_BIN_GLOBS = (
     "/usr/lib/postgresql/*/bin",
     "/usr/pgsql-*/bin",
@@ -53,14 +53,7 @@ class ServerStartError(RuntimeError):
     """A server exited during startup or was not ready before its deadline."""
 
 
-def free_port() -> int:
-    """Return a currently unused TCP port on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _port_is_free(port: int) -> bool:
+def port_is_free(port: int) -> bool:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # ignore TIME_WAIT leftovers
         try:
@@ -113,7 +106,7 @@ def install_hint(packages: list[str]) -> str:
     )
 
 
-def _apt_install(packages: list[str]) -> None:
+def apt_install(packages: list[str]) -> None:
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     created = not _POLICY_RC_D.exists()
     if created:  # forbid maintainer scripts from starting the distro's own services
@@ -137,14 +130,14 @@ def ensure_binaries(redis: bool = True, postgres: bool = True) -> None:
         return
     debian = _DEBIAN_VERSION.exists() and shutil.which("apt-get") is not None
     if os.geteuid() == 0 and debian:
-        _apt_install(missing)
+        apt_install(missing)
         missing = _missing_packages(redis, postgres)
         if not missing:
             return
     raise ServicesUnavailable(install_hint(missing))
 
 
-def _postgres_account() -> dict[str, Any]:
+def postgres_account() -> dict[str, Any]:
     """Popen kwargs to run Postgres as ``postgres`` when we are root (it refuses root)."""
     if os.geteuid() != 0:
         return {}
@@ -174,7 +167,7 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
-def _check_traversable(path: Path, uid: int, gid: int) -> None:
+def check_traversable(path: Path, uid: int, gid: int) -> None:
     for parent in path.parents:
         st = parent.stat()
         bit = (
@@ -188,7 +181,7 @@ def _check_traversable(path: Path, uid: int, gid: int) -> None:
 
 
 _CHILD: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
-_LIVE: set[_Server] = set()
+_LIVE: set[Server] = set()
 
 
 @atexit.register
@@ -197,7 +190,7 @@ def _stop_all() -> None:  # safety net: never leave servers behind on interprete
         server.stop(timeout=5)
 
 
-class _Server:
+class Server:
     """A child server process on 127.0.0.1:port whose files live in ``workdir``."""
 
     name = "server"
@@ -242,7 +235,7 @@ class _Server:
         if self.running:
             raise RuntimeError(f"{self.name} already running (pid {self.pid})")
         kwargs = self._prepare()
-        if not _port_is_free(self.port):
+        if not port_is_free(self.port):
             raise ServerStartError(f"{self.name}: port {HOST}:{self.port} is already in use")
         # Own session: a terminal's Ctrl-C only reaches us, and we stop the servers in order.
         with open(self.log_path, "ab") as log:
@@ -302,23 +295,11 @@ class _Server:
         _LIVE.discard(self)
 
     def kill(self) -> None:
-        """SIGKILL the server and all its processes (simulated crash)."""
+        """SIGKILL the server and all its processes (one that never became ready; a crash)."""
         self._signal_all(signal.SIGKILL)
         if self._proc is not None:
             self._proc.wait()
         _LIVE.discard(self)
-
-    def pause(self) -> None:
-        """SIGSTOP the server and all its processes: clients hang instead of failing."""
-        self._signal_all(signal.SIGSTOP)
-
-    def resume(self) -> None:
-        self._signal_all(signal.SIGCONT)
-
-    def restart(self, timeout: float | None = None) -> Self:
-        """Stop (if running) and start again on the same port with the same data dir."""
-        self.stop()
-        return self.start(timeout)
 
     def __enter__(self) -> Self:
         return self if self.running else self.start()
@@ -332,18 +313,10 @@ class _Server:
         self.stop()
 
 
-class RedisServer(_Server):
+class RedisServer(Server):
     """redis-server on 127.0.0.1 without persistence; its files live in ``workdir``."""
 
     name = "redis"
-
-    def __init__(
-        self, workdir: str | os.PathLike[str], port: int | None = None, *, appendonly: bool = False
-    ) -> None:
-        super().__init__(workdir, port)
-        #: Keep an append-only file (fsync every second), so a killed server restarts with
-        #: what it had, give or take the last second.
-        self.appendonly = appendonly
 
     @property
     def url(self) -> str:
@@ -353,9 +326,12 @@ class RedisServer(_Server):
         binary = shutil.which("redis-server")
         if binary is None:
             raise ServicesUnavailable(install_hint(["redis-server"]))
-        aof = "--appendonly yes --appendfsync everysec" if self.appendonly else "--appendonly no"
-        opts = f"--port {self.port} --bind {HOST} {aof} --daemonize no".split()
-        return [binary, *opts, "--save", "", "--dir", str(self.data_dir)]
+        opts = f"--port {self.port} --bind {HOST} --daemonize no".split()
+        return [binary, *opts, *self.persistence(), "--save", "", "--dir", str(self.data_dir)]
+
+    def persistence(self) -> list[str]:
+        """The persistence options: none (a throwaway server)."""
+        return ["--appendonly", "no"]
 
     def _ready(self) -> bool:
         try:
@@ -363,24 +339,8 @@ class RedisServer(_Server):
         except OSError:
             return False
 
-    def start(self, timeout: float | None = None) -> Self:
-        super().start(timeout)
-        # A dump only carries data across restart(keep_data=True); never resurrect it later.
-        (self.data_dir / "dump.rdb").unlink(missing_ok=True)
-        return self
 
-    def restart(self, timeout: float | None = None, *, keep_data: bool = True) -> Self:
-        """Restart on the same port; with keep_data (and a live server) the dataset survives."""
-        if keep_data and self.running:
-            self.resume()
-            reply = redis_command(self.port, "SAVE", timeout=30)
-            if reply != b"+OK":
-                raise RuntimeError(f"redis SAVE failed: {reply!r}")
-        self.stop()
-        return self.start(timeout)
-
-
-class PostgresServer(_Server):
+class PostgresServer(Server):
     """A fresh PostgreSQL cluster (trust auth, user ``postgres``) in ``workdir/data``."""
 
     name = "postgres"
@@ -397,10 +357,10 @@ class PostgresServer(_Server):
             raise ServicesUnavailable(install_hint(["postgresql"]))
         self._bindir = bindir
         self.workdir.mkdir(parents=True, exist_ok=True)
-        kwargs = _postgres_account()
+        kwargs = postgres_account()
         if kwargs:
             os.chown(self.workdir, kwargs["user"], kwargs["group"])
-            _check_traversable(self.workdir, kwargs["user"], kwargs["group"])
+            check_traversable(self.workdir, kwargs["user"], kwargs["group"])
         if not (self.data_dir / "PG_VERSION").exists():
             shutil.rmtree(self.data_dir, ignore_errors=True)
             cmd = [str(bindir / "initdb"), "-D", str(self.data_dir), "-A", "trust"]
@@ -431,14 +391,6 @@ class PostgresServer(_Server):
             return True
         except psycopg.OperationalError:
             return False
-
-
-def create_database(admin_url: str, name: str) -> str:
-    """CREATE DATABASE ``name`` via ``admin_url``; return the URL of the new database."""
-    conninfo = re.sub(r"^postgres(?:ql)?\+\w+://", "postgresql://", admin_url)
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return urlunsplit(urlsplit(admin_url)._replace(path="/" + quote(name)))
 
 
 @dataclass(frozen=True)

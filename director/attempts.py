@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from director.leases import Lease
 from director.queue import Entry
-from runners.protocol import PredictionResponse
+from protocol import PredictionResponse
 
 
 class Stage(enum.Enum):

@@ -19,11 +19,13 @@ import orjson
 from sqlalchemy.engine import RowMapping
 
 from director.queue import Entry, Queue
-from director.runner_client import STOCK_COG, RunnerClient, RunnerError, SnapshotFeed
 from director.runner_monitor import RunnerMonitor
-from tracker import store
-from tracker.batch_writes import StateWrites
+from protocol.capabilities import STOCK_COG
+from protocol.client import RunnerClient
+from protocol.errors import RunnerError
+from protocol.feed import SnapshotFeed
 from tracker.events import EventLog
+from tracker.ledger import Ledger
 from tracker.render import render_prediction
 from tracker.states import Status
 
@@ -47,14 +49,13 @@ class Claimed:
 class Claims:
     def __init__(
         self,
-        writes: StateWrites,
+        ledger: Ledger,
         queue: Queue,
         consumer: str,
         events: EventLog,
         public_url: str,
     ) -> None:
-        self.writes = writes
-        self.engine = writes.engine
+        self.ledger = ledger
         self.queue = queue
         self.consumer = consumer
         self.events = events
@@ -62,10 +63,10 @@ class Claims:
 
     async def claim(self, entry: Entry) -> Claimed | Verdict:
         prediction_id = entry.prediction_id
-        row = await store.claim(self.writes, prediction_id, self.consumer)
+        row = await self.ledger.claim(prediction_id, self.consumer)
         if row is not None:
             return Claimed(row)
-        current = await store.get(self.engine, prediction_id)
+        current = await self.ledger.row(prediction_id)
         if current is None or Status(current["status"]).is_terminal:
             await self._ensure_done(current)
             return Verdict.DROP
@@ -80,7 +81,7 @@ class Claims:
             )
             return Verdict.DROP
         takeable = (owner,) if owner is not None else ()
-        row = await store.claim(self.writes, prediction_id, self.consumer, takeable)
+        row = await self.ledger.claim(prediction_id, self.consumer, takeable)
         return Claimed(row) if row is not None else Verdict.LATER
 
     async def _ensure_done(self, row: RowMapping | None) -> None:
@@ -98,7 +99,7 @@ class Claims:
         None when it does not (the caller fails it as interrupted)."""
         if row["runs"] >= max_runs:
             return None
-        rerun = await store.reset_for_rerun(self.engine, row["id"], row["attempt"])
+        rerun = await self.ledger.reset_for_rerun(row["id"], row["attempt"])
         if rerun is not None:
             log.info("re-running %s (run %d)", row["id"], row["runs"] + 1)
         return rerun

@@ -16,11 +16,9 @@ load and run the model in it says so (``OutOfTime``), and the prediction ends th
 at the limit, with the pool's reason.
 
 The times a runner reports are recorded (and billed) only as far as this director saw the run
-take (``RunnerTimes.within``): from its first offer of the prediction to the runner (for a run
-it follows after a restart, from the start an earlier attempt recorded) to the snapshot that
-ends it, on its own clock. A model pool host reports on the accepted start how long it held it
-(its model's cold start: ``load_time``; its queueing), added to the snapshots' times; a run
-followed after a restart has no such start and records none.
+take (:mod:`director.observed`). A model pool host reports on the accepted start how long it
+held it (its model's cold start: ``load_time``; its queueing), added to the snapshots' times; a
+run followed after a restart has no such start and records none.
 """
 
 from __future__ import annotations
@@ -29,30 +27,25 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from sqlalchemy.engine import RowMapping
 
-from director import metrics
+from core.backoff import StartBackoff
+from core.transient import TRANSIENT
+from core.unreachable import UNREACHABLE
 from director.attempts import Attempt
-from director.backoff import StartBackoff
-from director.runner_client import (
-    InputRejected,
-    OutOfTime,
-    RunnerClient,
-    RunnerError,
-    RunnerRefused,
-    SnapshotFeed,
-)
+from director.metrics import DirectorMetrics
+from director.observed import Observed
 from director.runner_monitor import RunnerMonitor
-from runners.protocol import PredictionResponse, Priority, RunnerStatus
-from tracker import store
+from protocol import PredictionResponse, Priority, RunnerStatus
+from protocol.client import RunnerClient
+from protocol.errors import CannotServe, InputRejected, OutOfTime, RunnerError, RunnerRefused
+from protocol.feed import SnapshotFeed
+from protocol.timings import RunnerTimes
 from tracker.batch_writes import ran
-from tracker.retry import TRANSIENT, UNREACHABLE
 from tracker.states import Status
 from tracker.tracker import AttemptTracker
-from tracker.usage import RunnerTimes
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +76,7 @@ class Execution:
         on_cancel_ignored: Callable[[], None] | None = None,
         priority: str = Priority.NORMAL,
         backoff: StartBackoff | None = None,
+        metrics: DirectorMetrics,
     ) -> None:
         self.runner = runner
         self.tracker = tracker
@@ -95,6 +89,7 @@ class Execution:
         self.on_cancel_ignored = on_cancel_ignored
         self.priority = priority
         self.backoff = backoff or StartBackoff()
+        self.metrics = metrics
         self.prediction_id = tracker.prediction_id
         self.tenant = str(tracker.state["account_id"])
         self._loop = asyncio.get_running_loop()
@@ -108,9 +103,8 @@ class Execution:
         self._held_since: float | None = None
         #: When the runner accepted it (loop time); it may queue it before running it.
         self._accepted_at: float | None = None
-        #: When this director first offered it to the runner (loop time): no run the runner
-        #: reports can have begun before. The bound of the times it may report.
-        self._offered_at: float | None = None
+        #: How long this director has seen the run take: the bound of the times it reports.
+        self._seen = Observed(self.prediction_id, self._loop)
         #: What a model pool host held the accepted start for (``Accepted.times``).
         self._start_times = RunnerTimes()
         #: Reads the runner's snapshot stream, when it sends one (see ``RunnerClient.start``).
@@ -144,7 +138,7 @@ class Execution:
                 return await self.tracker.finish(Status.CANCELED)
             return await self.tracker.finish(Status.FAILED, error=self.timeout_error)
         if self._held_back is not None and self._accepted_at is None:
-            metrics.NOT_STARTED.labels(self._held_back[0]).inc()
+            self.metrics.not_started.labels(self._held_back[0]).inc()
         status = Status.ABORTED if self._by_deadline else Status.FAILED
         return await self.tracker.finish(status, error=self._not_started_error())
 
@@ -164,6 +158,9 @@ class Execution:
             limit = "deadline" if self._by_deadline else f"timeout of {self.timeout:g}s"
             error = f"prediction cannot run within its {limit}: runner answered {out}"
             return await self.tracker.finish(status, error=error)
+        except CannotServe as never:
+            error = f"the runner cannot run this model: it answered {never}"
+            return await self.tracker.finish(Status.FAILED, error=error)
         if not started:
             if self.attempt.cancel.is_set():
                 return await self.tracker.finish(Status.CANCELED)
@@ -174,7 +171,7 @@ class Execution:
         """Follow a run that an earlier attempt started and the runner is still running
         (``RunnerClient.attach``): its snapshots now come here, the state so far first."""
         self._accepted_at = self._loop.time()
-        self._offered_at = self._accepted_at - self._ran_before()
+        self._seen.resumed(self.tracker.state.get("started_at"), self._accepted_at)
         self._feed_task = asyncio.create_task(self._read_feed(feed))
         return await self._following()
 
@@ -201,8 +198,7 @@ class Execution:
             if self.attempt.cancel.is_set() or self._loop.time() >= self._limit_at:
                 return False
             retry_after: float | None = None
-            if self._offered_at is None:
-                self._offered_at = self._loop.time()
+            self._seen.offered()
             try:
                 accepted = await self.runner.start(
                     self.prediction_id,
@@ -218,7 +214,7 @@ class Execution:
                     self._feed_task = asyncio.create_task(self._read_feed(accepted.feed))
                 return True
             except RunnerRefused as refusal:
-                metrics.RUNNER_REFUSALS.labels(refusal.reason).inc()
+                self.metrics.runner_refusals.labels(refusal.reason).inc()
                 self._hold(refusal.reason, refusal.state, refusal)
                 retry_after = refusal.retry_after
             except RunnerError as error:
@@ -236,30 +232,6 @@ class Execution:
                 # No offer before the runner's wait is over: a timer that fires a hair early
                 # must not sneak in one more start just short of the deadline.
                 return False
-
-    def _ran_before(self) -> float:
-        """Seconds the run followed by ``resume`` had run when this attempt took it over: since
-        the start an earlier attempt recorded (``started_at``, the database's clock, read on
-        this director's wall clock; skew between the two moves the bound by as much)."""
-        started = self.tracker.state.get("started_at")
-        if not isinstance(started, datetime):
-            return 0.0
-        return max(0.0, (datetime.now(UTC) - started).total_seconds())
-
-    def _observed(self, reported: RunnerTimes) -> RunnerTimes:
-        """``reported`` bounded by the time this director saw the run take (module docstring)."""
-        offered = self._offered_at
-        observed = 0.0 if offered is None else self._loop.time() - offered
-        times = reported.within(observed)
-        if times != reported:
-            log.warning(
-                "runner reported %s for %s, more than the %.3fs it was seen running: recorded %s",
-                reported.public_metrics(),
-                self.prediction_id,
-                observed,
-                times.public_metrics(),
-            )
-        return times
 
     async def _read_feed(self, feed: SnapshotFeed) -> None:
         """Pass the runner's streamed snapshots on, as the receiver does its webhooks. If the
@@ -310,7 +282,7 @@ class Execution:
             return
         self._flag_check_at = now + self.monitor.interval
         try:
-            flagged = await store.cancel_requested(self.tracker.engine, self.prediction_id)
+            flagged = await self.tracker.cancel_flagged()
         except TRANSIENT as error:
             log.debug("cancel flag of %s not read: %r", self.prediction_id, error)
             return
@@ -366,7 +338,7 @@ class Execution:
     async def _apply(self, snapshot: PredictionResponse) -> RowMapping | bool | None:
         """Apply one snapshot. Returns the terminal row, True if fenced out, None to go on."""
         reported = RunnerTimes.from_metrics(snapshot.metrics).with_start(self._start_times)
-        times = self._observed(reported)
+        times = self._seen.bound(reported)
         starts = snapshot.status is RunnerStatus.PROCESSING or (
             snapshot.status.is_terminal
             and self.tracker.announces_start

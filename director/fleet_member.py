@@ -9,14 +9,14 @@ director is done. A director that dies leaves an entry that expires a few heartb
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass
 
+from core.periodic import Periodic
+from core.transient import TRANSIENT
 from director.runner_monitor import RunnerMonitor
 from tracker.fleet import FleetEntry, FleetRegistry, RunnerState, runner_entry_id
-from tracker.retry import TRANSIENT
 
 log = logging.getLogger(__name__)
 
@@ -85,20 +85,17 @@ class FleetMember:
     async def run(self) -> None:
         """Write the entry every ``interval``, and at once when the director starts stopping
         (so it reads ``draining`` while in-flight predictions finish); until cancelled."""
-        draining = False
-        while True:
-            try:
-                await self.beat()
-            except TRANSIENT as error:
-                log.debug("fleet heartbeat skipped: %r", error)
-            except Exception:  # an entry that stops being written drops the runner
-                log.exception("fleet heartbeat failed; trying again in %gs", self.interval)
-            if draining:
-                await asyncio.sleep(self.interval)
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), self.interval)
-            draining = self.stopping.is_set()
+        # Whatever a round meets, the next one comes: an entry no longer written drops the runner.
+        beats = Periodic(
+            "fleet-heartbeat",
+            self.interval,
+            self.beat,
+            "fleet heartbeat",
+            log,
+            TRANSIENT,
+            wake=self.stopping,
+        )
+        await beats.run(at_once=True)
 
     async def leave(self) -> None:
         """Delete the entry (the director is done); an outage leaves it to expire."""

@@ -15,22 +15,23 @@ from datetime import UTC, datetime
 
 from sqlalchemy.engine import RowMapping
 
-from conduit.logging_setup import REQUEST_ID
-from director import metrics
+from core.backoff import StartBackoff
+from core.logs import REQUEST_ID
 from director.attempts import Attempt
-from director.backoff import StartBackoff
 from director.claims import Claimed, Claims, Verdict, attach
 from director.deployment import ServedDeployment
 from director.execution import Execution
+from director.metrics import DirectorMetrics
 from director.outbound import Outbound
 from director.reclaim import Reclaimer
-from director.runner_client import RunnerClient, SnapshotFeed
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
-from tracker import store
-from tracker.batch_writes import StateWrites
+from protocol.client import RunnerClient
+from protocol.feed import SnapshotFeed
+from tracker.ledger import Ledger
+from tracker.run_output import Caps
 from tracker.states import Lifecycle, Status
-from tracker.tracker import AttemptTracker, Caps, Publishing, UnrecordableResult
+from tracker.tracker import AttemptTracker, Publishing, UnrecordableResult
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class AttemptHandler:
         *,
         settings: DirectorSettings,
         deployment: ServedDeployment,
-        writes: StateWrites,
+        ledger: Ledger,
         runner: RunnerClient,
         monitor: RunnerMonitor,
         outbound: Outbound,
@@ -54,11 +55,11 @@ class AttemptHandler:
         reclaimer: Reclaimer,
         webhook_url: Callable[[Attempt], str],
         on_cancel_ignored: Callable[[], None],
+        metrics: DirectorMetrics,
     ) -> None:
         self.settings = settings
         self.deployment = deployment
-        self.writes = writes
-        self.engine = writes.engine
+        self.ledger = ledger
         self.runner = runner
         self.monitor = monitor
         self.outbound = outbound
@@ -66,6 +67,7 @@ class AttemptHandler:
         self.reclaimer = reclaimer
         self.webhook_url = webhook_url
         self.on_cancel_ignored = on_cancel_ignored
+        self.metrics = metrics
         self.caps = Caps(settings.max_output_bytes, settings.max_log_bytes)
         self.backoff = StartBackoff(
             initial=settings.start_backoff_initial,
@@ -80,7 +82,7 @@ class AttemptHandler:
         except UnrecordableResult as error:
             reason = f"its end could not be recorded ({error})"
             await self.reclaimer.dead_letter(attempt.entry, reason)
-            metrics.DEAD_LETTERED.inc()
+            self.metrics.dead_lettered.inc()
             log.error("dead-lettered %s: %s", attempt.prediction_id, reason)
             return False  # already removed from the stream
 
@@ -129,8 +131,7 @@ class AttemptHandler:
     def _tracker(
         self, row: RowMapping, publishing: Publishing, lifecycle: Lifecycle | None = None
     ) -> AttemptTracker:
-        return AttemptTracker(
-            self.writes,
+        return self.ledger.tracker(
             row,
             publishing,
             self.settings.flush_interval,
@@ -167,6 +168,7 @@ class AttemptHandler:
             on_cancel_ignored=self.on_cancel_ignored,
             priority=self._priority(row),
             backoff=self.backoff,
+            metrics=self.metrics,
         )
         if feed is not None:  # a deadline already past cancels it on the runner at once
             return await self._settled(tracker, await execution.resume(feed))
@@ -183,7 +185,7 @@ class AttemptHandler:
         if not await self._settled(tracker, failed):
             return False  # another attempt owns it now: its entry is not poison for it
         await self.reclaimer.dead_letter(entry, reason)
-        metrics.DEAD_LETTERED.inc()
+        self.metrics.dead_lettered.inc()
         log.warning("dead-lettered %s from %s: %s", entry.prediction_id, entry.stream, reason)
         return False  # already removed from the stream
 
@@ -204,5 +206,4 @@ class AttemptHandler:
             tracker.attempt,
             tracker.prediction_id,
         )
-        row = await store.get(self.engine, tracker.prediction_id)
-        return row is None or Status(row["status"]).is_terminal
+        return await tracker.ended()

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from director.deployment import ServedDeployment
 from director.handling import AttemptHandler
-from director.runner_client import RunnerClient
 from director.runner_monitor import RunnerMonitor
+from protocol.client import RunnerClient
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import orjson
 from redis.asyncio import Redis
-from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director import metrics
+from core.transient import TRANSIENT
+from director.metrics import DirectorMetrics
 from director.queue import Entry
 from director.reclaim import Reclaimer
-from tracker import store
 from tracker.keys import alive_key
-from tracker.retry import TRANSIENT
+from tracker.ledger import Ledger
 
 if TYPE_CHECKING:
     from director.attempts import Attempts
@@ -77,16 +76,18 @@ class Heartbeats:
         self,
         redis: Redis,
         reclaimer: Reclaimer,
-        engine: AsyncEngine,
+        ledger: Ledger,
         attempts: Attempts,
+        metrics: DirectorMetrics,
         *,
         interval: float,
         visibility_timeout: float,
     ) -> None:
         self.redis = redis
         self.reclaimer = reclaimer
-        self.engine = engine
+        self.ledger = ledger
         self.attempts = attempts
+        self.metrics = metrics
         self.interval = interval
         self.visibility_timeout = visibility_timeout
         #: Loop time of the last heartbeat that found this director's entries still its own.
@@ -116,7 +117,7 @@ class Heartbeats:
         # under the same name is alive, yet runs none of its predecessor's predictions.
         names = orjson.dumps(sorted({a.prediction_id for a in running}))
         await self.redis.set(alive_key(self.reclaimer.consumer), names, px=int(ttl * 1000))
-        metrics.INFLIGHT.set(len(running))
+        self.metrics.inflight.set(len(running))
         if running:
             beat = await self.reclaimer.heartbeat([a.entry.key for a in running])
             for key in beat.lost:
@@ -136,7 +137,7 @@ class Heartbeats:
         attempt = self.attempts.get(key)
         if attempt is None or attempt.lease.attempt is None:
             return  # not claimed yet, or already over
-        row = await store.get(self.engine, attempt.prediction_id)
+        row = await self.ledger.row(attempt.prediction_id)
         if row is None or row["attempt"] != attempt.lease.attempt:
             attempt.lease.revoke("another attempt took it over")
 
@@ -165,6 +166,7 @@ class Takeover:
         free: Callable[[], int],
         idle_ms: int,
         legacy: Callable[[], Awaitable[list[str]]],
+        metrics: DirectorMetrics,
     ) -> None:
         """``legacy()``: the deployment's untagged streams that hold entries now."""
         self.reclaimer = reclaimer
@@ -172,6 +174,7 @@ class Takeover:
         self.free = free
         self.idle_ms = idle_ms
         self.legacy = legacy
+        self.metrics = metrics
 
     async def claim(self) -> None:
         await self.intake.adopt(await self.legacy())
@@ -182,11 +185,11 @@ class Takeover:
             claimed = await self.reclaimer.autoclaim(stream, self.idle_ms, free)
             if claimed:
                 log.info("reclaimed %d entries from %s", len(claimed), stream)
-                metrics.RECLAIMED.inc(len(claimed))
+                self.metrics.reclaimed.inc(len(claimed))
                 self.intake.offer(claimed)
         for stats in await self.reclaimer.queue.stats(self.intake.streams):
-            metrics.QUEUE_LENGTH.labels(stats.stream).set(stats.length)
-            metrics.QUEUE_PENDING.labels(stats.stream).set(stats.pending)
+            self.metrics.queue_length.labels(stats.stream).set(stats.length)
+            self.metrics.queue_pending.labels(stats.stream).set(stats.pending)
             if self.intake.is_draining(stats.stream) and stats.length == stats.pending == 0:
                 self.intake.retire(stats.stream)
         for stream in self.intake.streams:

@@ -10,8 +10,8 @@ from typing import Any
 
 import aiohttp
 
-from runners import protocol as wire
-from tracker.retry import UNREACHABLE
+import protocol as wire
+from core.unreachable import UNREACHABLE
 
 log = logging.getLogger(__name__)
 

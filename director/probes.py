@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+import protocol as wire
 from director.director import Director
-from runners import protocol as wire
 
 #: Seconds each backend gets to answer a readiness probe: under kubelet's usual 3 s timeout.
 CHECK_TIMEOUT = 2.0

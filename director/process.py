@@ -1,41 +1,63 @@
-"""The director process: open its connections, wire the parts, handle signals."""
+"""The director process: open its connections, build and wire its parts, handle signals.
+
+The composition root: every part a director runs with (its metrics, its ledger of prediction
+rows, its queue, lanes, leases, intake and reconciler) is built here, once per process.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import signal
 import socket
+from collections.abc import Callable, Sequence
 
 import aiohttp
 import orjson
+from redis.asyncio import Redis
 
-from director.attempts import Attempts
-from director.deployment import load_deployment
-from director.director import Director, Serving
+from director.attempts import Attempt, Attempts
+from director.cancels import Suspicion
+from director.claims import Claims
+from director.deployment import ServedDeployment, load_deployment
+from director.director import Director
 from director.fleet_member import FleetMember, Served
-from director.lanes import Lane
+from director.handling import AttemptHandler
+from director.intake import Intake
+from director.lanes import Lane, Lanes
+from director.leases import Heartbeats, Takeover
+from director.metrics import DirectorMetrics
 from director.outbound import Outbound
+from director.pool_slots import PoolSlots
 from director.probes import Probes
 from director.queue import Queue
 from director.queue import connect as connect_redis
+from director.read_order import ReadOrder
 from director.receiver import Receiver
-from director.runner_client import RunnerClient
+from director.reclaim import Reclaimer
+from director.reconciler import Reconciler
+from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings, Route
+from protocol.client import RunnerClient
 from tracker.batch_writes import StateWrites
 from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
 from tracker.fleet import FleetRegistry
+from tracker.ledger import Ledger
 from tracker.redis_connect import require_noeviction
 from tracker.render import sign_stream_urls
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
 
 log = logging.getLogger(__name__)
+
+#: A deployment served, the runner it runs on, and that runner's pool slot model (if any).
+Serving = tuple[ServedDeployment, RunnerClient, str | None]
 
 
 def director_id(settings: DirectorSettings) -> str:
@@ -46,6 +68,163 @@ def director_id(settings: DirectorSettings) -> str:
     served = ",".join(f"{route.deployment}|{route.runner_url}" for route in settings.routes())
     digest = hashlib.sha256(served.encode()).hexdigest()
     return f"{socket.gethostname()}-{digest[:10]}"
+
+
+def build_director(
+    settings: DirectorSettings,
+    served: Sequence[Serving],
+    ledger: Ledger,
+    redis: Redis,
+    attempts: Attempts,
+    consumer: str,
+    outbound: Outbound,
+    webhook_url: Callable[[Attempt], str],
+    metrics: DirectorMetrics,
+) -> Director:
+    """A director and its parts. ``served``: each deployment with its runner (and pool slot
+    model), in the order given. ``ledger``: the process's way into prediction rows.
+    ``webhook_url(attempt)``: where the runner sends that claimed attempt's snapshots (the
+    receiver, which shares ``attempts``; the URL holds the attempt's secret)."""
+    queue = Queue(redis)
+    reclaimer = Reclaimer(queue, consumer)
+    heartbeats = Heartbeats(
+        redis,
+        reclaimer,
+        ledger,
+        attempts,
+        metrics,
+        interval=settings.heartbeat_every,
+        visibility_timeout=settings.visibility_timeout,
+    )
+    claims = Claims(ledger, queue, consumer, outbound.events, outbound.policy.public_url)
+    suspicion = Suspicion()
+    lanes = Lanes(
+        [
+            _lane(
+                settings,
+                d,
+                runner,
+                model,
+                ledger,
+                outbound,
+                claims,
+                reclaimer,
+                webhook_url,
+                suspicion,
+                metrics,
+            )
+            for d, runner, model in served
+        ]
+    )
+    deployments = [lane.deployment for lane in lanes]
+    draining = [
+        stream
+        for d in deployments
+        for stream in d.draining(settings.drain_shards, settings.drain_streams.split(","))
+    ]
+    intake = Intake(
+        queue,
+        reclaimer,
+        attempts,
+        heartbeats,
+        [d.streams() for d in deployments],
+        list(dict.fromkeys(draining)),
+        retry_interval=settings.retry_interval,
+        block_ms=settings.block_ms,
+    )
+    read_order = _read_order(settings, queue, intake, lanes, metrics)
+    if read_order is not None:
+        intake.order = read_order.order
+    takeover = Takeover(
+        reclaimer,
+        intake,
+        attempts.free,
+        int(settings.visibility_timeout * 1000),
+        legacy=functools.partial(_legacy_backlog, lanes, queue, settings.drain_shards),
+        metrics=metrics,
+    )
+    targets = [target for d in deployments for target in d.targets]
+    reconciler = Reconciler(
+        settings, ledger.engine, queue, targets, lambda: intake.streams, consumer, metrics
+    )
+    return Director(
+        settings,
+        redis=redis,
+        engine=ledger.engine,
+        consumer=consumer,
+        attempts=attempts,
+        queue=queue,
+        lanes=lanes,
+        intake=intake,
+        heartbeats=heartbeats,
+        takeover=takeover,
+        reconciler=reconciler,
+        read_order=read_order,
+        suspicion=suspicion,
+    )
+
+
+def _lane(
+    settings: DirectorSettings,
+    deployment: ServedDeployment,
+    runner: RunnerClient,
+    model: str | None,
+    ledger: Ledger,
+    outbound: Outbound,
+    claims: Claims,
+    reclaimer: Reclaimer,
+    webhook_url: Callable[[Attempt], str],
+    suspicion: Suspicion,
+    metrics: DirectorMetrics,
+) -> Lane:
+    monitor = RunnerMonitor(runner, settings.runner_check_interval, settings.runner_check_failures)
+    handler = AttemptHandler(
+        settings=settings,
+        deployment=deployment,
+        ledger=ledger,
+        runner=runner,
+        monitor=monitor,
+        outbound=outbound,
+        claims=claims,
+        reclaimer=reclaimer,
+        webhook_url=webhook_url,
+        on_cancel_ignored=functools.partial(suspicion.ignored_cancel, monitor),
+        metrics=metrics,
+    )
+    return Lane(deployment, runner, monitor, handler, model)
+
+
+def _read_order(
+    settings: DirectorSettings,
+    queue: Queue,
+    intake: Intake,
+    lanes: Lanes,
+    metrics: DirectorMetrics,
+) -> ReadOrder | None:
+    """With several deployments: the order their streams are read in."""
+    if len(lanes) <= 1:
+        return None
+    first = lanes[0].runner
+    slots = None
+    if settings.pool_url is not None:
+        slots = PoolSlots(settings.pool_url, first.session, first.auth)
+    return ReadOrder(
+        queue,
+        intake.groups,
+        [lane.deployment.name for lane in lanes],
+        [lane.model for lane in lanes],
+        slots,
+        settings.aging_bound,
+        metrics,
+    )
+
+
+async def _legacy_backlog(lanes: Lanes, queue: Queue, shards: int | None) -> list[str]:
+    """The served deployments' untagged streams that hold entries now."""
+    found: list[str] = []
+    for lane in lanes:
+        found += await lane.deployment.legacy_backlog(queue, shards)
+    return found
 
 
 def _fleet_member(
@@ -99,8 +278,9 @@ async def serve(settings: DirectorSettings) -> None:
         json_serialize=_json,
     )
     attempts = Attempts(settings.concurrency)
+    metrics = DirectorMetrics()
     receiver = Receiver(
-        settings.receiver_host, settings.receiver_port, settings.receiver_url, attempts
+        settings.receiver_host, settings.receiver_port, settings.receiver_url, attempts, metrics
     )
     policy = WebhookSettings().policy(settings.public_url)
     webhook_session = open_session(policy)
@@ -124,15 +304,16 @@ async def serve(settings: DirectorSettings) -> None:
             runner = RunnerClient(route.runner_url, session, settings.runner_token)
             served.append((deployment, runner, route.model))
         await receiver.start()
-        director = Director(
+        director = build_director(
             settings,
             served,
-            StateWrites(engine),
+            Ledger(StateWrites(engine)),
             redis,
             attempts,
             consumer=director_id(settings),
             outbound=outbound,
             webhook_url=receiver.webhook_url,
+            metrics=metrics,
         )
         receiver.probes = Probes(
             director,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from director import metrics
+from director.metrics import DirectorMetrics
 from director.pool_slots import PoolSlots
 from director.preference import Waiting, read_order
 from director.queue import Queue
@@ -36,6 +36,7 @@ class ReadOrder:
         models: Sequence[str | None],
         slots: PoolSlots | None,
         aging_bound: float,
+        metrics: DirectorMetrics,
     ) -> None:
         """``groups[i]``: deployment ``deployments[i]``'s current streams; ``models[i]``: its
         model on the pool host."""
@@ -45,6 +46,7 @@ class ReadOrder:
         self.models = list(models)
         self.slots = slots
         self.aging_bound = aging_bound
+        self.metrics = metrics
         #: Per deployment: (entries waiting, ms its oldest had waited), at ``_seen_at``.
         self._backlog: list[tuple[int, int | None]] = [(0, None)] * len(self.groups)
         self._seen_at = 0.0
@@ -54,7 +56,7 @@ class ReadOrder:
         polls = [self.slots.poll()] if self.slots is not None else []
         await asyncio.gather(self._read_backlog(), *polls)
         for name, ready in zip(self.deployments, self.ready(), strict=True):
-            metrics.MODEL_READY.labels(name).set(1 if ready else 0)
+            self.metrics.model_ready.labels(name).set(1 if ready else 0)
 
     async def _read_backlog(self) -> None:
         streams = [stream for group in self.groups for stream in group]
@@ -66,7 +68,7 @@ class ReadOrder:
             found = [by_stream[stream] for stream in group]
             waits = [b.oldest_wait_ms for b in found if b.oldest_wait_ms is not None]
             backlog.append((sum(b.waiting for b in found), max(waits, default=None)))
-            metrics.OLDEST_WAIT.labels(name).set(max(waits, default=0) / 1000)
+            self.metrics.oldest_wait.labels(name).set(max(waits, default=0) / 1000)
         self._backlog = backlog
 
     def ready(self) -> list[bool]:

@@ -31,12 +31,12 @@ from typing import Any, Protocol
 
 import orjson
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
 from director.attempts import Attempt, Attempts, new_secret
-from director.metrics import REGISTRY
-from runners.protocol import PredictionResponse
+from director.metrics import DirectorMetrics
+from protocol import PredictionResponse
 
 log = logging.getLogger(__name__)
 
@@ -85,12 +85,14 @@ class Receiver:
         port: int,
         public_url: str | None,
         attempts: Attempts,
+        metrics: DirectorMetrics,
         max_body: int = MAX_BODY,
     ) -> None:
         self.host = host
         self.port = port
         self._public_url = public_url
         self.attempts = attempts
+        self.metrics = metrics
         self.max_body = max_body
         self._runner: web.AppRunner | None = None
         #: Set once the director is built; until then it is live and not ready (starting).
@@ -132,7 +134,7 @@ class Receiver:
             await self._runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        body = generate_latest(REGISTRY)
+        body = self.metrics.exposition()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def _livez(self, request: web.Request) -> web.Response:

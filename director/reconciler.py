@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director import metrics
+from director.metrics import DirectorMetrics
 from director.queue import Queue
 from director.settings import DirectorSettings
 from tracker import keys
@@ -53,6 +53,7 @@ class Reconciler:
         targets: Sequence[Target],
         streams: Callable[[], list[str]],
         consumer: str,
+        metrics: DirectorMetrics,
     ) -> None:
         """``streams``: the input streams the director reads now (current and draining)."""
         self.settings = settings
@@ -62,6 +63,7 @@ class Reconciler:
         self.targets = targets
         self.streams = streams
         self.consumer = consumer
+        self.metrics = metrics
 
     async def _redis_epoch_age(self) -> float:
         """Seconds since this Redis's data began (a restart without data starts a new epoch)."""
@@ -112,7 +114,7 @@ class Reconciler:
             await self.queue.enqueue(target.streams_for(account_id), prediction_id)
             requeued += 1
         if requeued:
-            metrics.REENQUEUED.inc(requeued)
+            self.metrics.reenqueued.inc(requeued)
             log.warning("re-enqueued %d predictions missing from %s streams", requeued, target.key)
         return requeued
 

@@ -11,11 +11,12 @@ it comes back or restarts; a stock Cog server has no such route and counts as un
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
-from director.runner_client import STOCK_COG, Capabilities, RunnerClient
-from runners.protocol import HealthStatus
+from core.periodic import Periodic
+from protocol import HealthStatus
+from protocol.capabilities import STOCK_COG, Capabilities
+from protocol.client import RunnerClient
 from tracker.fleet import RunnerState
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,4 @@ class RunnerMonitor:
 
     async def run_forever(self) -> None:
         """Check every ``interval``; the caller makes the first ``check()`` itself."""
-        while True:
-            await asyncio.sleep(self.interval)
-            await self.check()
+        await Periodic("runner-monitor", self.interval, self.check, "runner check", log).run()

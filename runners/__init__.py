@@ -1,6 +1,6 @@
 """Cog-protocol runners: the process that hosts one model and speaks Cog's HTTP API.
 
-``runners.protocol`` holds the wire models a director imports; ``runners.server`` is the
+``protocol`` holds the wire models a director imports; ``runners.server`` is the
 aiohttp shell; ``runners.service`` owns slots, setup and in-flight predictions;
 ``runners.models`` holds the models themselves. Nothing here imports the platform's other
 packages, so a model image can ship this package alone.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from conduit.logging_setup import configure
+from core.logs import configure_from_env
 from runners.server import serve
 
 
@@ -22,9 +22,7 @@ def main() -> None:
         "--concurrency", type=int, default=int(os.environ.get("COG_MAX_CONCURRENCY", "1"))
     )
     args = parser.parse_args()
-    configure(
-        os.environ.get("CONDUIT_LOG_LEVEL", "INFO"), os.environ.get("CONDUIT_LOG_FORMAT", "text")
-    )
+    configure_from_env()
     serve(args.model, args.host, args.port, args.concurrency)
 
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from protocol import AUTHORIZATION, PROBE_PATHS, USER_AGENT
 from runners.errors import InternalOnlyError, UnauthorizedError
-from runners.protocol import AUTHORIZATION, PROBE_PATHS, USER_AGENT
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -46,19 +46,28 @@ _DELIVERY_AGENTS = ("conduit-webhooks/", "coglet/")
 _PROBE_METHODS = frozenset({"GET", "HEAD"})
 
 
-def protect(app: web.Application, token: str | None, trust_loopback: bool = False) -> None:
-    """Put the token check in front of every route of ``app`` (after the refusal renderer)."""
+def protect(
+    app: web.Application,
+    token: str | None,
+    trust_loopback: bool = False,
+    probes: Collection[str] = PROBE_PATHS,
+) -> None:
+    """Put the token check in front of every route of ``app`` (after the refusal renderer).
+
+    ``probes`` are the routes (as registered, e.g. ``/models/{model}/health``) that a ``GET``
+    or ``HEAD`` may call without the token.
+    """
     app[TOKEN_REQUIRED] = token is not None
     app[LOOPBACK_TRUSTED] = trust_loopback
-    app.middlewares.append(_authenticate(token))
+    app.middlewares.append(_authenticate(token, frozenset(probes)))
 
 
-def _authenticate(token: str | None) -> Middleware:
+def _authenticate(token: str | None, probes: frozenset[str]) -> Middleware:
     expected = None if token is None else token.encode()
 
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if expected is not None and not _is_probe(request):
+        if expected is not None and not _is_probe(request, probes):
             if not hmac.compare_digest(_bearer(request), expected):
                 raise UnauthorizedError()
         return await handler(request)
@@ -75,12 +84,10 @@ def _bearer(request: web.Request) -> bytes:
     return credentials.strip().encode("utf-8", "surrogateescape")
 
 
-def _is_probe(request: web.Request) -> bool:
+def _is_probe(request: web.Request, probes: frozenset[str]) -> bool:
     resource = request.match_info.route.resource
     return (
-        request.method in _PROBE_METHODS
-        and resource is not None
-        and resource.canonical in PROBE_PATHS
+        request.method in _PROBE_METHODS and resource is not None and resource.canonical in probes
     )
 
 

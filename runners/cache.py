@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from runners.protocol import FlushScope
+from protocol import FlushScope
 
 
 class CacheMode(StrEnum):

@@ -14,9 +14,7 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from runners import COG_VERSION
-from runners.cache import CacheMode
-from runners.protocol import (
+from protocol import (
     CapabilitiesDocument,
     Features,
     FlushScope,
@@ -28,6 +26,8 @@ from runners.protocol import (
     Resources,
     RunnerHealth,
 )
+from runners import COG_VERSION
+from runners.cache import CacheMode
 from runners.resources import MIB, CpuMeter, Device, gpu_resources, host_resources
 
 if TYPE_CHECKING:

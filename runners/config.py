@@ -17,7 +17,7 @@ import re
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from runners.ssrf import Network, normalise_hosts
+from core.ssrf import Network, normalise_hosts
 
 MIN_TOKEN_CHARS = 16
 """A shorter runner token is refused: it would be guessable, or a placeholder."""

@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
+from protocol import CONTENT_ENCODING
 from runners.errors import UnsupportedEncodingError
-from runners.protocol import CONTENT_ENCODING
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

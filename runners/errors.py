@@ -22,21 +22,18 @@ one function (:func:`runners.problems.refusal`) and no table keyed by type::
     │                                                                     rate_limit_exceeded
     ├── NotRunningError            an attach (If-Match: *) for a prediction not here  412
     │                                                                             not-running
-    ├── UnavailableError           a control call while the runner is ...  503 + Retry-After
-    │   ├── StartingError          ... starting                                      starting
-    │   ├── StoppingError          ... stopping                                      stopping
-    │   └── NonceStoreUnavailableError  ... cannot reach its nonce store
-    │                                                                 nonce-store-unavailable
-    ├── InvalidJSONError           a control call's body is not JSON          400 invalid-json
-    ├── InvalidBodyError           a control call's body is not an object     400 invalid-body
-    ├── InvalidFieldError          a control call's field is missing or bad  422 invalid-field
-    ├── OpTokenRequiredError       a lifecycle call without a token     401 op-token-required
-    ├── OpTokensNotConfiguredError  lifecycle calls are off (no key) 403 op-tokens-not-configured
-    ├── OpTokenError               the token fails a check (runners.optokens)  403 (per check)
-    ├── UnknownModelError          a control call names a model not served    404 unknown-model
-    ├── UnknownTaskError           a load task id this runner does not know    404 unknown-task
-    └── LifecycleConflictError     load/unload now would break something 409 lifecycle-conflict
-        └── CacheBusyError         the model refuses to drop its caches now     409 cache-busy
+    ├── PoolRefusal                a model pool cannot start a prediction of the model now
+    │   ├── CooldownError          its last load failed, not retried yet  503 + Retry-After
+    │   │                                                                          cooldown
+    │   ├── LoadFailedError        the load it waited for failed  503 (+ Retry-After) load_failed
+    │   ├── ModelTooLargeError     it can never fit the pool's memory    422 model_too_large
+    │   ├── DeadlineUnmeetableError  its load and run outlast its deadline
+    │   │                                                           422 deadline_unmeetable
+    │   ├── DeadlineExceededError  its deadline passed while it waited 504 deadline_exceeded
+    │   └── UnknownSlotError       the pool serves no such model           404 unknown_model
+    ├── BackendUnreachableError    a pool's model server did not answer
+    │                                                                 502 backend-unreachable
+    └── (the refusals of control calls: :mod:`runners.control_errors`)
 
 Cog's own refusals keep coglet's bodies, so a Cog client sees what it knows. The others are
 RFC 9457 problem+json; the two the runner API spec names (queue full, rate limit) also carry
@@ -52,7 +49,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from runners.protocol import (
+from protocol import (
     ACCEPT_ENCODING,
     AUTHORIZATION,
     CONTENT_ENCODING,
@@ -63,6 +60,7 @@ from runners.protocol import (
     RATE_LIMIT_RESET,
     RETRY_AFTER,
     WWW_AUTHENTICATE,
+    DeadlineCode,
     ErrorCode,
     QueueFullDetail,
     RateLimitDetail,
@@ -326,119 +324,59 @@ class NotRunningError(RequestRefused):
         super().__init__(f"prediction {prediction_id} is not running on this runner")
 
 
-class UnavailableError(RequestRefused):
-    """Base: the runner cannot answer a control call while it starts or stops."""
+class PoolRefusal(RequestRefused):
+    """Base: a model pool refuses to start a prediction of ``model`` (its ``code`` is the pool
+    core's reason, :class:`runners.pool.events.RejectCode`)."""
 
-    status = 503
-    title = "Runner unavailable"
-    retry_after = 1
+    title = "The model pool cannot serve this now"
 
-
-class StartingError(UnavailableError):
-    code = "starting"
-
-    def __init__(self) -> None:
-        super().__init__("runner is starting")
-
-
-class StoppingError(UnavailableError):
-    code = "stopping"
-
-    def __init__(self) -> None:
-        super().__init__("runner is stopping")
-
-
-class NonceStoreUnavailableError(UnavailableError):
-    """Raised when a lifecycle call cannot record its token's nonce (Redis does not answer):
-    refused rather than run without replay protection."""
-
-    code = "nonce-store-unavailable"
-
-    def __init__(self) -> None:
-        super().__init__("the operation-token nonce store does not answer; retry shortly")
-
-
-class InvalidJSONError(RequestRefused):
-    code = "invalid-json"
-    title = "Body is not JSON"
-
-
-class InvalidBodyError(RequestRefused):
-    code = "invalid-body"
-    title = "Body must be a JSON object"
-
-
-class InvalidFieldError(RequestRefused):
-    """Raised when a control call's field is missing or has the wrong type or value."""
-
-    status = 422
-    code = "invalid-field"
-    title = "Invalid field"
-
-    def __init__(self, field: str, detail: str) -> None:
-        super().__init__(detail)
-        self.field = field
+    def __init__(self, model: str, retry_after: float | None, why: str = "") -> None:
+        super().__init__(f"model {model}: {self.code}{f' ({why})' if why else ''}")
+        self.model = model
+        if retry_after is not None:
+            self.retry_after = max(1, math.ceil(retry_after))
 
     def members(self) -> dict[str, Any]:
-        return {"field": self.field}
+        return {"field": "model", "model": self.model}
 
 
-class OpTokenRequiredError(RequestRefused):
-    status = 401
-    code = "op-token-required"
-    title = "Unauthorized"
+class CooldownError(PoolRefusal):
+    """Raised when the model's last load failed and its cooldown has not ended."""
 
-    def __init__(self, operation: str) -> None:
-        super().__init__(f"{operation} needs a verifiedOpToken in the body")
-
-    def members(self) -> dict[str, Any]:
-        return {"field": "verifiedOpToken"}
+    status, code = 503, "cooldown"
 
 
-class OpTokensNotConfiguredError(RequestRefused):
-    status = 403
-    code = "op-tokens-not-configured"
-    title = "Forbidden"
+class LoadFailedError(PoolRefusal):
+    """Raised when the load the request waited for failed or outlasted its load timeout."""
 
-    def __init__(self) -> None:
-        super().__init__(
-            "lifecycle calls are disabled: VERIFIED_OP_TOKEN_KEY_PATH is not configured"
-        )
+    status, code = 503, "load_failed"
 
 
-class UnknownModelError(RequestRefused):
-    """Raised when a control call names a model this runner does not serve."""
+class ModelTooLargeError(PoolRefusal):
+    """Raised when the model's lease can never fit the pool's budget."""
 
-    status = 404
-    code = "unknown-model"
-    title = "Unknown model"
-
-    def __init__(self, model: str, served: str) -> None:
-        super().__init__(f"This runner serves {served!r}, not {model!r}")
-
-    def members(self) -> dict[str, Any]:
-        return {"field": "modelId"}
+    status, code = 422, "model_too_large"
 
 
-class UnknownTaskError(RequestRefused):
-    status = 404
-    code = "unknown-task"
-    title = "Not found"
+class DeadlineUnmeetableError(PoolRefusal):
+    """Raised before a load when the model's load and run take longer than the time left."""
 
-    def __init__(self, task_id: str) -> None:
-        super().__init__(f"no load task {task_id}")
+    status, code = 422, DeadlineCode.UNMEETABLE.value
 
 
-class LifecycleConflictError(RequestRefused):
-    """Raised when a load or unload cannot happen now (e.g. predictions are running)."""
+class DeadlineExceededError(PoolRefusal):
+    """Raised when the deadline passed while the request waited (queue, eviction or load)."""
 
-    status = 409
-    code = "lifecycle-conflict"
-    title = "Conflict"
+    status, code = 504, DeadlineCode.EXCEEDED.value
 
 
-class CacheBusyError(LifecycleConflictError):
-    """Raised when a model refuses to drop its own caches now (an LLM engine with requests
-    running keeps its prefix cache)."""
+class UnknownSlotError(PoolRefusal):
+    """Raised when a request names a model the pool does not serve."""
 
-    code = "cache-busy"
+    status, code = 404, "unknown_model"
+
+
+class BackendUnreachableError(RequestRefused):
+    """Raised when a pool's model server (its backend) does not answer, or is not running."""
+
+    status, code, title = 502, "backend-unreachable", "The model's server did not answer"

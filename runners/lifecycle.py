@@ -27,10 +27,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from runners.errors import LifecycleConflictError
+from protocol import RunnerStatus
+from protocol import lifecycle as wire
+from runners.control_errors import LifecycleConflictError
 from runners.model import Model
-from runners.protocol import RunnerStatus
-from runners.protocol import lifecycle as wire
 from runners.resources import MIB, process_rss
 
 log = logging.getLogger(__name__)

@@ -123,7 +123,7 @@ class Model:
     async def flush_cache(self) -> ModelCacheFlush | None:
         """Drop the model's own caches (e.g. an LLM's prefix cache) and say what that released;
         None for a model without caches of its own. Raises
-        :class:`runners.errors.CacheBusyError` when the caches cannot be dropped now."""
+        :class:`runners.control_errors.CacheBusyError` when the caches cannot be dropped now."""
         return None
 
     def context_length(self) -> int | None:

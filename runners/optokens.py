@@ -16,42 +16,22 @@ one optional claim, ``"runnerId"``: a token naming a runner (its ``runnerId`` in
 :class:`OpTokenVerifier` checks, in this order: parse → signature → time window → operation and
 model → runner → signers → nonce. The nonce is recorded only when everything before it passed,
 so a token rejected for any other reason cannot burn a nonce. Nonces are recorded in this
-process's memory (:class:`MemoryNonceStore`) or, with ``CONDUIT_RUNNER_REDIS_URL``, in Redis
-(:class:`RedisNonceStore`, keys ``optoken:nonce:<nonce>``), so that replicas behind one address
-and a restarted runner refuse a replay too.
+process's memory or, with ``CONDUIT_RUNNER_REDIS_URL``, in Redis (keys
+``optoken:nonce:<nonce>``), so that replicas behind one address and a restarted runner refuse a
+replay too (:mod:`runners.nonces`).
 
 This module does not authenticate *who* signed: ``signers`` are names inside a body that anyone
 holding the one shared key can write. ``OP_TOKEN_MIN_SIGNERS`` makes the issuer state an
 M-of-N approval and makes that statement tamper-evident; it is not M independent signatures.
 
-Errors (all are refusals before any model code runs, so they extend
-:class:`runners.errors.RequestRefused`, answered 403 with ``code`` as below)::
-
-    OpTokenError                                                              code
-    ├── MalformedOpTokenError       not base64url, not JSON, or not the   malformed-op-token
-    │                               expected shape
-    ├── BadSignatureError           the HMAC does not match (tampered     bad-signature
-    │                               body or another key)
-    ├── OutsideValidityWindowError  issuedAt is more than max_skew in     outside-validity-window
-    │                               the past or future
-    ├── OperationMismatchError      the token is for another operation    operation-mismatch
-    ├── ModelMismatchError          the token is for another model        model-mismatch
-    ├── RunnerMismatchError         the token names another runner        runner-mismatch
-    ├── InsufficientSignersError    fewer than min_signers configured     insufficient-signers
-    │                               names are listed
-    └── ReplayedNonceError          the nonce was already accepted        replayed-nonce
-                                    within the window
-
-A nonce store that does not answer refuses the call with
-:class:`runners.errors.NonceStoreUnavailableError` (503): no lifecycle call runs without replay
-protection.
+Its refusals, :class:`runners.control_errors.OpTokenError` and one subclass per check (each
+answered 403 with its own ``code``), are in the one refusal tree.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import heapq
 import hmac
 import json
 import math
@@ -62,14 +42,21 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
-from runners.errors import NonceStoreUnavailableError, RequestRefused
-from runners.protocol import Operation
-from runners.protocol.lifecycle import OpTokenClaims, OpTokenEnvelope, wire_names
+from protocol import Operation
+from protocol.lifecycle import OpTokenClaims, OpTokenEnvelope, wire_names
+from runners.control_errors import (
+    BadSignatureError,
+    InsufficientSignersError,
+    MalformedOpTokenError,
+    ModelMismatchError,
+    OperationMismatchError,
+    OutsideValidityWindowError,
+    ReplayedNonceError,
+    RunnerMismatchError,
+)
+from runners.nonces import MemoryNonceStore, NonceStore
 
 OPERATIONS = frozenset(Operation)
 DEFAULT_MAX_SKEW = timedelta(minutes=5)
@@ -82,70 +69,7 @@ _NONCE = re.compile(r"[0-9a-f]{32,128}")
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]*={0,2}")
 _BODY_KEYS = wire_names(OpTokenClaims)
 _REQUIRED_BODY_KEYS = wire_names(OpTokenClaims, required=True)
-NONCE_KEY_PREFIX = "optoken:nonce:"
 _ENVELOPE_KEYS = wire_names(OpTokenEnvelope)
-
-
-class OpTokenError(RequestRefused):
-    """Base class: an operation token was refused; the lifecycle call must not run."""
-
-    status = 403
-    code = "op-token-rejected"
-    title = "Operation token rejected"
-
-    def members(self) -> dict[str, Any]:
-        return {"field": "verifiedOpToken"}
-
-
-class MalformedOpTokenError(OpTokenError):
-    """Raised when the token is not base64url JSON of exactly the documented shape and types."""
-
-    code = "malformed-op-token"
-
-
-class BadSignatureError(OpTokenError):
-    """Raised when the signature is not the HMAC of the body under the configured key."""
-
-    code = "bad-signature"
-
-
-class OutsideValidityWindowError(OpTokenError):
-    """Raised when ``issuedAt`` is more than ``max_skew`` before or after the verifier's clock."""
-
-    code = "outside-validity-window"
-
-
-class OperationMismatchError(OpTokenError):
-    """Raised when a validly signed token names an operation other than the one requested."""
-
-    code = "operation-mismatch"
-
-
-class ModelMismatchError(OpTokenError):
-    """Raised when a validly signed token names a model other than the one requested."""
-
-    code = "model-mismatch"
-
-
-class RunnerMismatchError(OpTokenError):
-    """Raised when a validly signed token names (``runnerId``) a runner other than this one."""
-
-    code = "runner-mismatch"
-
-
-class InsufficientSignersError(OpTokenError):
-    """Raised when fewer than ``min_signers`` distinct configured signer names are listed.
-
-    Names that are not configured do not count, and a name listed twice counts once.
-    """
-
-    code = "insufficient-signers"
-
-
-class ReplayedNonceError(OpTokenError):
-    """Raised when the token's nonce was already accepted and is still remembered."""
-
-    code = "replayed-nonce"
 
 
 @dataclass(frozen=True)
@@ -159,85 +83,6 @@ class OpToken:
     nonce: str
     runner_id: str | None = None
     """The runner the token is for; None when any runner may accept it."""
-
-
-class NonceStore(Protocol):
-    """Remembers accepted nonces until they expire.
-
-    ``add`` must check and record in one atomic step.
-    """
-
-    async def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
-        """Record ``nonce`` until ``expires_at``; False if it is already recorded. Raises
-        :class:`NonceStoreUnavailableError` when the store cannot say."""
-        ...
-
-    async def aclose(self) -> None: ...
-
-
-class MemoryNonceStore:
-    """A :class:`NonceStore` in this process's memory.
-
-    Only correct while one process verifies tokens for a runner: several worker processes, or
-    several replicas behind one address, each keep their own memory and would each accept the
-    same token once. They need a shared store instead. Entries are dropped once expired, so
-    memory is bounded by the tokens accepted within one validity window. Not thread-safe: call it
-    from one event loop.
-    """
-
-    def __init__(self) -> None:
-        self._expiry: dict[str, datetime] = {}
-        self._heap: list[tuple[datetime, str]] = []
-
-    def __len__(self) -> int:
-        return len(self._expiry)
-
-    async def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
-        self.forget_expired(now)
-        if nonce in self._expiry:
-            return False
-        self._expiry[nonce] = expires_at
-        heapq.heappush(self._heap, (expires_at, nonce))
-        return True
-
-    def forget_expired(self, now: datetime) -> None:
-        while self._heap and self._heap[0][0] <= now:
-            _, nonce = heapq.heappop(self._heap)
-            del self._expiry[nonce]
-
-    async def aclose(self) -> None:
-        pass
-
-
-def nonce_key(nonce: str) -> str:
-    """The Redis key that records an accepted nonce."""
-    return NONCE_KEY_PREFIX + nonce
-
-
-class RedisNonceStore:
-    """A :class:`NonceStore` in Redis, shared by every verifier that uses it: ``SET key 1 NX
-    PXAT <expiry>`` checks and records in one step, and Redis forgets the nonce once no token
-    carrying it could be accepted any more."""
-
-    def __init__(self, redis: Redis) -> None:
-        self._redis = redis
-
-    @classmethod
-    def from_url(cls, url: str) -> RedisNonceStore:
-        """From a ``redis://`` or ``rediss://`` URL; connects on first use. Short timeouts: a
-        lifecycle call waits on it."""
-        return cls(Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5))
-
-    async def add(self, nonce: str, expires_at: datetime, now: datetime) -> bool:
-        expiry_ms = math.ceil(expires_at.timestamp() * 1000)
-        try:
-            created = await self._redis.set(nonce_key(nonce), b"1", nx=True, pxat=expiry_ms)
-        except (RedisError, OSError) as error:
-            raise NonceStoreUnavailableError() from error
-        return bool(created)
-
-    async def aclose(self) -> None:
-        await self._redis.aclose()
 
 
 def read_key(path: str | Path) -> bytes:

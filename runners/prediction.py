@@ -14,9 +14,9 @@ from typing import Any
 
 import orjson
 
+from protocol import RunnerStatus, WebhookEvent
 from runners.cache import CacheView
 from runners.model import Model, PredictContext
-from runners.protocol import RunnerStatus, WebhookEvent
 from runners.scheduler import Scheduler, Ticket
 from runners.webhooks import SnapshotSink
 

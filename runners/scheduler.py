@@ -20,8 +20,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
+from protocol import Priority
 from runners.errors import AtCapacityError, QueueFullError
-from runners.protocol import Priority
 
 __all__ = ["Priority", "Scheduler", "Ticket"]
 

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import protocol as wire
 from runners import COG_VERSION
-from runners import protocol as wire
 
 InputType = Literal["string", "integer", "number", "boolean"]
 

@@ -22,19 +22,21 @@ import pydantic
 from aiohttp import web
 from aiohttp.log import access_logger
 
+import protocol as wire
+from core.logs import configure_unless_configured
+from protocol import PredictionRequest, Priority
 from runners import COG_VERSION
-from runners import protocol as wire
-from runners.auth import is_loopback_host, protect, require_internal
+from runners.auth import is_loopback_host, require_internal
 from runners.cache import CacheMode
 from runners.config import RunnerConfig
-from runners.control import add_control_routes
-from runners.encoding import refuse_encoded_bodies
+from runners.control import CONTROL_PLANE, control_app
 from runners.errors import NotRunningError, RequestRefused
 from runners.model import Model
 from runners.models import get_model
 from runners.prediction import Prediction
-from runners.problems import refusal, refusals
-from runners.protocol import PredictionRequest, Priority
+from runners.prefer import respond_async
+from runners.problems import refusal
+from runners.runner_plane import RunnerControlPlane
 from runners.service import RequestOptions, RunnerService
 from runners.state import SERVICE
 from runners.streaming import SnapshotStream, wants_stream
@@ -42,8 +44,6 @@ from runners.streaming import SnapshotStream, wants_stream
 __all__ = ["SERVICE", "create_app", "run_app", "serve"]
 
 log = logging.getLogger(__name__)
-
-MAX_BODY_BYTES = 100 * 1024 * 1024
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -169,7 +169,7 @@ async def _run(
     rate = {} if admitted.rate is None else admitted.rate.headers()
     if admitted.stream is not None:
         return await _stream(request, admitted.stream, rate)
-    if request.headers.get(wire.PREFER) == wire.RESPOND_ASYNC:
+    if respond_async(request.headers):
         return _json({"id": prediction_id, "status": wire.RunnerStatus.STARTING}, 202, rate)
     try:
         await asyncio.shield(prediction.wait())
@@ -255,10 +255,9 @@ def create_app(
     """
     config = config or RunnerConfig.from_env()
     service = RunnerService(model, concurrency, config)
-    app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[refusals])
-    protect(app, config.token, config.trust_loopback)
-    app.middlewares.append(refuse_encoded_bodies)
+    app = control_app(config)
     app[SERVICE] = service
+    app[CONTROL_PLANE] = RunnerControlPlane(service)
 
     async def on_startup(_: web.Application) -> None:
         await service.start()
@@ -275,7 +274,6 @@ def create_app(
     app.router.add_put(wire.PREDICTION_PATH, create_prediction_idempotent)
     app.router.add_post(wire.CANCEL_PATH, cancel_prediction)
     app.router.add_post(wire.SHUTDOWN_PATH, shutdown)
-    add_control_routes(app)
     return app
 
 
@@ -343,7 +341,7 @@ def serve(
     ``model_args`` are keyword arguments for the model's constructor (e.g. ``model=`` for
     ``vllm``, the weights to serve).
     """
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_unless_configured()
     app = create_app(get_model(model_name)(**(model_args or {})), concurrency)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         runner.run(run_app(app, host, port))

@@ -22,24 +22,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from protocol import FlushScope, HealthStatus, PredictionRequest, Priority, RunnerStatus
 from runners import COG_VERSION
 from runners.cache import CacheMode, CacheView, Flushed, ResultCache
 from runners.capabilities import CapabilitiesCache, build_capabilities
 from runners.config import RunnerConfig
-from runners.errors import (
-    LifecycleConflictError,
-    ModelNotLoadedError,
-    NotReadyError,
-    RateLimit,
-    RateLimitedError,
-    UnknownModelError,
-)
+from runners.control_errors import LifecycleConflictError, UnknownModelError
+from runners.control_plane import op_token_verifier
+from runners.errors import ModelNotLoadedError, NotReadyError, RateLimit, RateLimitedError
 from runners.lifecycle import LoadTask, ModelLifecycle, ModelState, Unloaded
 from runners.metrics import RunnerMetrics
 from runners.model import Model, ModelCacheFlush
-from runners.optokens import NonceStore, OpTokenVerifier, RedisNonceStore
 from runners.prediction import Prediction
-from runners.protocol import FlushScope, HealthStatus, PredictionRequest, Priority, RunnerStatus
 from runners.ratelimit import TenantRateLimiter
 from runners.resources import CpuMeter, GpuMonitor, process_rss, system_memory
 from runners.scheduler import Scheduler
@@ -106,7 +100,7 @@ class RunnerService:
         self.limiter = TenantRateLimiter.from_env()
         self.metrics = RunnerMetrics()
         self.cache = ResultCache(config.cache_max_bytes, on_lookup=self._count_lookup)
-        self.op_tokens = self._op_token_verifier()
+        self.op_tokens = op_token_verifier(config, self.runner_id)
         self.shutdown_requested = asyncio.Event()
         self.started_at = datetime.now(UTC).isoformat()
         self._began = time.monotonic()
@@ -148,15 +142,6 @@ class RunnerService:
         await self.webhooks.close(timeout=grace)
         if self.op_tokens is not None:
             await self.op_tokens.nonces.aclose()
-
-    def _op_token_verifier(self) -> OpTokenVerifier | None:
-        """Lifecycle calls' verifier, None when no key is configured (they are refused)."""
-        if not os.environ.get("VERIFIED_OP_TOKEN_KEY_PATH"):
-            return None
-        nonces: NonceStore | None = None
-        if self.config.redis_url:
-            nonces = RedisNonceStore.from_url(self.config.redis_url)
-        return OpTokenVerifier.from_env(runner_id=self.runner_id, nonce_store=nonces)
 
     # state
 

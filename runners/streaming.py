@@ -30,7 +30,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from runners.protocol import NDJSON, WebhookEvent
+from protocol import NDJSON, WebhookEvent
 from runners.webhooks import SnapshotSink
 
 log = logging.getLogger(__name__)

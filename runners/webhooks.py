@@ -8,7 +8,7 @@ with exponential backoff. None of it ever holds a prediction slot: a slow or dea
 must not wedge the model (cog issues #742, #2229).
 
 A webhook URL comes from whoever started the prediction, so the sender trusts nothing about it
-(DESIGN §8): the SSRF guard (:mod:`runners.ssrf`) refuses at once a URL that names an internal
+(DESIGN §8): the SSRF guard (:mod:`core.ssrf`) refuses at once a URL that names an internal
 address outside ``CONDUIT_RUNNER_WEBHOOK_ALLOW`` or a route of Cog's runner protocol on any
 host (``/shutdown``, ``/predictions/<id>/cancel`` ...; 422, before anything runs) and checks every
 address a name resolves to before connecting; redirects are not followed (a 3xx is a refusal);
@@ -30,13 +30,14 @@ import aiohttp
 import orjson
 import yarl
 
+import protocol as wire
+from core.backoff import backoff_delay
+from core.ssrf import BlockedAddress, GuardedResolver, check_webhook_url
+from core.unreachable import UNREACHABLE
+from protocol import WebhookEvent
 from runners import COG_VERSION
-from runners import protocol as wire
-from runners.backoff import UNREACHABLE, backoff_delay
 from runners.config import RunnerConfig
 from runners.errors import WebhookRefusedError
-from runners.protocol import WebhookEvent
-from runners.ssrf import BlockedAddress, GuardedResolver, check_webhook_url
 
 log = logging.getLogger(__name__)
 

@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit.cli import migrate
-from conduit.services import ServiceUrls, create_database, local_services
+from conduit.services import ServiceUrls, local_services
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, base_env
+from tests.fixtures.servers import create_database
 from tracker.db import make_engine
 
 ECHO = "conduit/echo"

@@ -26,12 +26,13 @@ from sqlalchemy import Table, text
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from protocol.timings import RunnerTimes
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
 from tracker.group_commit import Batcher
 from tracker.states import UNFINISHED, Status, sources_of, sql_list
 from tracker.tables import Prediction
-from tracker.usage import CPU, RunnerTimes
+from tracker.usage import CPU
 
 predictions = cast(Table, Prediction.__table__)
 
@@ -240,7 +241,7 @@ class StateWrites:
         return rows
 
 
-# --- Synchronous runs (``api.lane``): recorded after they ran, a prediction row and its usage
+# --- Synchronous runs (``lane``): recorded after they ran, a prediction row and its usage
 # record in one statement. Nothing about them is durable before the runner answers.
 
 

@@ -32,8 +32,8 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from redis.asyncio import Redis
 
+from core.transient import TRANSIENT, persistently
 from tracker import keys
-from tracker.retry import TRANSIENT, persistently
 
 log = logging.getLogger(__name__)
 

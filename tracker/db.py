@@ -69,7 +69,7 @@ def make_engine(
     # connection broken by a Postgres restart fails one statement, SQLAlchemy invalidates the
     # pool, and callers treat the error as the transient outage it is. A checkout that waits
     # out ``pool_timeout`` raises ``sqlalchemy.exc.TimeoutError``, one of
-    # ``tracker.retry.TRANSIENT``.
+    # ``core.transient.TRANSIENT``.
     engine = create_async_engine(
         sqlalchemy_url(database_url),
         pool_size=pool_size,

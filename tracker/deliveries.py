@@ -11,7 +11,7 @@ leases a row it could not send at once, so an account at its cap leaves its due 
 table, holding no slot and no lease, for a later pass (or another dispatcher) once one of its
 requests ends. Nothing is dropped, and rows are still taken oldest first within each account.
 
-The database away or its pool starved (``tracker.retry.TRANSIENT``) is an outage to wait out: a
+The database away or its pool starved (``core.transient.TRANSIENT``) is an outage to wait out: a
 pass that cannot lease is retried at the next, and an attempt's outcome is recorded through it
 (``persistently``) for up to half a lease. Past that the attempt is left to its lease, which
 expires and sends the webhook again (receivers deduplicate on ``webhook-id``).
@@ -34,8 +34,8 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from core.transient import TRANSIENT, persistently
 from tracker.render import render_prediction
-from tracker.retry import TRANSIENT, persistently
 from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 

@@ -30,8 +30,9 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from core.periodic import Periodic
+from core.transient import TRANSIENT
 from tracker.keys import FLEET_INDEX, fleet_entry_key
-from tracker.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +204,9 @@ class FleetView:
         self._ready_versions: dict[str, tuple[FleetEntry, ...]] = {}
         #: ``time.monotonic()`` of the latest successful refresh; None before the first.
         self.refreshed_at: float | None = None
-        self._refreshes = Periodic("fleet-view", interval, self.refresh, "fleet view refresh", log)
+        self._refreshes = Periodic(
+            "fleet-view", interval, self.refresh, "fleet view refresh", log, TRANSIENT
+        )
 
     @property
     def entries(self) -> Mapping[str, FleetEntry]:

@@ -26,7 +26,7 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
                                       heartbeats; ``tracker.fleet``)
 ``fleet:{fleet}:runners``             sorted set of fleet entry ids by last heartbeat (ms)
 ``lane:{lane}:members``               sorted set of the api replicas serving the synchronous lane,
-                                      by last heartbeat (ms; ``api.lane.membership``)
+                                      by last heartbeat (ms; ``lane.membership``)
 ``ratelimit:{acct-<id>}:create``      an account's rate of creates: when its next one is due
                                       (µs; ``api.rate_limits``)
 ====================================  ===========================================================
@@ -244,7 +244,7 @@ def fleet_entry_key(runner_id: str) -> str:
     return f"{FLEET_PREFIX}runner:{runner_id}"
 
 
-# --- The synchronous lane (``api.lane``) ---------------------------------------------------
+# --- The synchronous lane (``lane``) ---------------------------------------------------
 # One hash tag for the lane's keys: a replica's heartbeat, prune and read are one pipeline.
 
 LANE_TAG = "lane"

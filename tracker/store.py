@@ -28,12 +28,13 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from protocol.capabilities import UNKNOWN_HARDWARE
+from protocol.timings import RunnerTimes
 from tracker.batch_writes import RETURNED, Claim, Finish, Start, StateWrites
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
 from tracker.states import RERUN_FROM, UNFINISHED, Lifecycle, Status, check_transition
 from tracker.tables import IdempotencyKey, Prediction, UsageRecord
-from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 predictions = cast(Table, Prediction.__table__)
 usage_records = cast(Table, UsageRecord.__table__)

@@ -6,12 +6,12 @@ Status changes are written at once; output and logs are accumulated and flushed 
 two writes a second, not a thousand. Events are appended as they happen. The ``completed``
 webhook is stored in the terminal state's own transaction.
 
-What a runner sends is kept only as Postgres can store it and Conduit can send it: NUL
-characters are escaped (``tracker.render.storable_text``), and output or logs past their
-:class:`Caps`, or output no escaping makes storable, stop the run: ``refused`` says why, and
-the prediction fails with it. A terminal write that Postgres refuses (a data error, never an
-outage) is written again as a failure without the new output; if even that is refused,
-:class:`UnrecordableResult` tells the director to dead-letter the entry.
+What a runner sends is kept only as Postgres can store it and Conduit can send it
+(:mod:`tracker.run_output`): output or logs past their caps, or output no escaping makes
+storable, stop the run: ``refused`` says why, and the prediction fails with it. A terminal
+write that Postgres refuses (a data error, never an outage) is written again as a failure
+without the new output; if even that is refused, :class:`UnrecordableResult` tells the director
+to dead-letter the entry.
 """
 
 from __future__ import annotations
@@ -27,31 +27,23 @@ import orjson
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError
 
+from core.transient import TRANSIENT, persistently
+from protocol.capabilities import UNKNOWN_HARDWARE
+from protocol.timings import RunnerTimes
 from tracker import store
 from tracker.batch_writes import StateWrites, ran
 from tracker.deliveries import Dispatcher, wants
-from tracker.events import EventLog, EventType, output_text
+from tracker.events import EventLog, EventType
 from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender
-from tracker.render import Unstorable, render_prediction, storable_json, storable_text
-from tracker.retry import TRANSIENT, persistently
+from tracker.render import render_prediction, storable_text
+from tracker.run_output import Caps, RunOutput
 from tracker.states import Lifecycle, Status, check_transition
-from tracker.usage import UNKNOWN_HARDWARE, RunnerTimes
 
 log = logging.getLogger(__name__)
 
-MIB = 1024 * 1024
 #: What a terminal write may fail with that is the data's fault, not an outage's.
 DATA_ERRORS = (DBAPIError, TypeError, ValueError)
-
-
-@dataclass(frozen=True, slots=True)
-class Caps:
-    """Per-prediction limits on what a run may produce, in bytes (output as JSON, logs as
-    UTF-8)."""
-
-    output_bytes: int = 64 * MIB
-    log_bytes: int = 16 * MIB
 
 
 class UnrecordableResult(Exception):
@@ -93,16 +85,8 @@ class AttemptTracker:
         #: What the runner runs on, for the usage record.
         self.hardware = hardware
         self.lifecycle = lifecycle or Lifecycle.claimed(row["status"])
-        self.output: Any = None
-        self.logs = ""
-        self.caps = caps or Caps()
-        #: Why this run's output or logs cannot be kept: the prediction fails with it.
-        self.refused: str | None = None
-        self._output_bytes = 0
-        self._log_bytes = 0
-        #: Characters of the runner's own log text taken so far (``logs`` holds it escaped).
-        self._runner_logs = 0
-        self._published_outputs = 0
+        #: What the run produced so far, as it can be kept.
+        self.run = RunOutput(self.prediction_id, caps or Caps())
         self._dirty = False
         self._flusher: asyncio.Task[None] | None = None
         #: Set when the start found a cancel already flagged in Postgres: a cancel published
@@ -112,6 +96,19 @@ class AttemptTracker:
     @property
     def status(self) -> Status:
         return self.lifecycle.status
+
+    @property
+    def output(self) -> Any:
+        return self.run.output
+
+    @property
+    def logs(self) -> str:
+        return self.run.logs
+
+    @property
+    def refused(self) -> str | None:
+        """Why this run's output or logs cannot be kept: the prediction fails with it."""
+        return self.run.refused
 
     @property
     def fence(self) -> Fence:
@@ -163,10 +160,7 @@ class AttemptTracker:
         """Take a runner snapshot. Snapshots can arrive out of order: never go backwards."""
         if self.fence.lost or self.refused is not None:
             return
-        events: list[tuple[EventType, str]] = []
-        if isinstance(output, list) and not _shorter(output, self.output):
-            events += self._new_chunks(output)
-        events += self._new_logs(logs)
+        events = self.run.take(output, logs)
         if not events:
             return
         await self._publish(events)
@@ -188,44 +182,6 @@ class AttemptTracker:
             await self.publishing.events.append(self.prediction_id, events)
         except TRANSIENT as error:
             log.debug("events of %s not published: %r", self.prediction_id, error)
-
-    def _new_chunks(self, output: list[Any]) -> list[tuple[EventType, str]]:
-        """Take the chunks not seen yet into ``self.output``, as they can be stored; nothing
-        when they cannot be, or would pass the cap (``refused`` says so)."""
-        taken: list[Any] = []
-        size = self._output_bytes
-        try:
-            for chunk in output[self._published_outputs :]:
-                value, length = storable_json(chunk)
-                taken.append(value)
-                size += length + 1
-        except Unstorable as error:
-            self._refuse(str(error))
-            return []
-        if not self._output_fits(size):
-            return []
-        self._output_bytes = size
-        self.output = [*(self.output if isinstance(self.output, list) else ()), *taken]
-        self._published_outputs = len(self.output)
-        return [(EventType.OUTPUT, output_text(chunk)) for chunk in taken]
-
-    def _new_logs(self, logs: str | None) -> list[tuple[EventType, str]]:
-        """Take the runner's log text not seen yet (escaped), within the cap."""
-        if logs is None or len(logs) <= self._runner_logs:
-            return []
-        new = storable_text(logs[self._runner_logs :])
-        size = self._log_bytes + len(new.encode())
-        if size > self.caps.log_bytes:
-            self._refuse(f"the logs passed the limit of {_size(self.caps.log_bytes)}")
-            return []
-        self._runner_logs, self._log_bytes = len(logs), size
-        self.logs += new
-        return [(EventType.LOGS, line) for line in new.splitlines()]
-
-    def _refuse(self, why: str) -> None:
-        if self.refused is None:
-            log.warning("prediction %s: %s; failing it", self.prediction_id, why)
-            self.refused = why
 
     def _schedule_flush(self) -> None:
         if self._flusher is None or self._flusher.done():
@@ -267,7 +223,7 @@ class AttemptTracker:
         """
         check_transition(self.status, status)  # fail loudly before writing anything
         await self._stop_flusher()
-        last_chunks = self._last_output(output) + self._new_logs(logs)
+        last_chunks = self.run.take_final(output) + self.run.take_logs(logs)
         if self.refused is not None:
             status, error = Status.FAILED, self.refused
         error = storable_text(error) if error is not None else None
@@ -307,32 +263,6 @@ class AttemptTracker:
         if self.publishing.dispatcher is not None and self._wants_completed:
             self.publishing.dispatcher.wake()
         return row
-
-    def _output_fits(self, size: int) -> bool:
-        """Whether output of ``size`` bytes is within the cap; refuses the run when not."""
-        if size <= self.caps.output_bytes:
-            return True
-        self._refuse(f"the output passed the limit of {_size(self.caps.output_bytes)}")
-        return False
-
-    def _last_output(self, output: Any) -> list[tuple[EventType, str]]:
-        """Take the terminal snapshot's output (as ``progress`` does); its events."""
-        if isinstance(output, list):
-            return self._new_chunks(output)
-        if output is None or self.refused is not None:
-            return []
-        try:
-            value, size = storable_json(output)
-        except Unstorable as error:
-            self._refuse(str(error))
-            return []
-        if not self._output_fits(size):
-            return []
-        self.output = value
-        if self._published_outputs:
-            return []
-        self._published_outputs = 1
-        return [(EventType.OUTPUT, output_text(value))]
 
     async def _write_end(
         self,
@@ -381,9 +311,16 @@ class AttemptTracker:
         """
         return await self.publishing.events.has_output(self.prediction_id)
 
+    async def cancel_flagged(self) -> bool:
+        """Whether a cancel is flagged in Postgres: cancels are published fire-and-forget, so
+        one sent while nobody listened is only there."""
+        return await store.cancel_requested(self.engine, self.prediction_id)
 
-def _size(limit: int) -> str:
-    return f"{limit / MIB:g} MiB" if limit >= MIB else f"{limit} bytes"
+    async def ended(self) -> bool:
+        """Whether the prediction is terminal (or gone): asked once this attempt was fenced
+        out, to learn whether another attempt or a cancel ended it."""
+        row = await store.get(self.engine, self.prediction_id)
+        return row is None or Status(row["status"]).is_terminal
 
 
 def _reason(error: BaseException) -> str:
@@ -391,7 +328,3 @@ def _reason(error: BaseException) -> str:
     cause = error.orig if isinstance(error, DBAPIError) and error.orig is not None else error
     first = (str(cause).splitlines() or [type(cause).__name__])[0]
     return storable_text(f"{type(cause).__name__}: {first}")[:300]
-
-
-def _shorter(new: Any, old: Any) -> bool:
-    return isinstance(new, list) and isinstance(old, list) and len(new) < len(old)

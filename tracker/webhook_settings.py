@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tracker.ssrf import parse_cidrs
+from core.ssrf import parse_cidrs
 from tracker.webhooks import DEFAULT_SCHEDULE, WebhookPolicy
 
 

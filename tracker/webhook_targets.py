@@ -2,7 +2,7 @@
 
 A webhook URL is chosen by whoever creates a prediction, and the dispatcher sends it from
 inside the network, where it may reach a runner (a stock Cog server takes ``/shutdown`` from
-anyone). Cog's protocol paths are refused on every host (:func:`tracker.ssrf.protocol_route`);
+anyone). Cog's protocol paths are refused on every host (:func:`core.ssrf.protocol_route`);
 on top of that, no webhook reaches the host and port of a runner in the fleet registry
 (:mod:`tracker.fleet`), whatever its path. The registry changes as runners come and go, so the
 refused endpoints are re-read in the background and the dispatcher checks them again at every
@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from redis.asyncio import Redis
 
+from core.ssrf import RefusedEndpoints, url_endpoint
 from tracker.fleet import FleetEntry, FleetView
-from tracker.ssrf import RefusedEndpoints, url_endpoint
 
 log = logging.getLogger(__name__)
 

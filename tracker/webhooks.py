@@ -27,14 +27,9 @@ from datetime import UTC, datetime
 import aiohttp
 from standardwebhooks.webhooks import Webhook
 
-from tracker.retry import UNREACHABLE, backoff_delay
-from tracker.ssrf import (
-    BlockedAddress,
-    GuardedResolver,
-    Network,
-    RefusedEndpoints,
-    check_webhook_url,
-)
+from core.backoff import backoff_delay
+from core.ssrf import BlockedAddress, GuardedResolver, Network, RefusedEndpoints, check_webhook_url
+from core.unreachable import UNREACHABLE
 
 #: Seconds to wait before each retry of a terminal webhook: 11 attempts over 27.7 to 33.3 hours
 #: (jitter only ever adds), so a receiver that is down for a whole day still gets it.

@@ -43,9 +43,9 @@ from starlette.requests import Request as StarletteRequest
 from starlette.responses import Response
 from starlette.routing import Route
 
+from core.ids import new_prediction_id
 from director.queue import connect as connect_redis
 from tracker.db import autocommit, make_engine, sqlalchemy_url
-from tracker.ids import new_prediction_id
 
 STREAM = "bench:baseline"
 POOL_SIZE = 10  # ApiSettings.db_pool_size's default

@@ -76,8 +76,8 @@ class Engine(Protocol):
         ...
 
     async def reset_prefix_cache(self) -> None:
-        """Drop cached prefixes. Raises :class:`runners.errors.CacheBusyError`, keeping them,
-        when the engine refuses (requests are running)."""
+        """Drop cached prefixes. Raises :class:`runners.control_errors.CacheBusyError`, keeping
+        them, when the engine refuses (requests are running)."""
 
     async def shutdown(self) -> None:
         """Stop the engine and release its device memory."""

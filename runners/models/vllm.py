@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar
 
-from runners.errors import CacheBusyError
+from runners.control_errors import CacheBusyError
 from runners.model import Model, ModelCacheFlush, PredictContext
 from runners.models.llm_engine import Engine, Generated, KVCacheUsage, Sampling
 from runners.schema import InputField, build_openapi_schema, iterator_output

@@ -15,7 +15,7 @@ from runners.pool.config import (
     PoolConfigError,
     QueueMode,
 )
-from runners.pool.core import PoolCore, SlotView
+from runners.pool.core import PoolCore
 from runners.pool.events import (
     AdminDone,
     AdminLoad,
@@ -38,7 +38,7 @@ from runners.pool.events import (
     Tick,
     UnloadDone,
 )
-from runners.pool.slots import IllegalTransition, SlotState
+from runners.pool.slots import IllegalTransition, SlotState, SlotView
 
 __all__ = [
     "AdminDone",

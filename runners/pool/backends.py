@@ -37,8 +37,9 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
-from conduit.services import free_port
-from runners import protocol as wire
+import protocol as wire
+from core.ports import free_port
+from core.unreachable import UNREACHABLE
 from runners.config import RunnerConfig
 from runners.model import Model
 from runners.models import get_model
@@ -266,7 +267,7 @@ class CogBackend:
                 url + wire.HEALTH_CHECK_PATH, timeout=aiohttp.ClientTimeout(total=2)
             ) as response:
                 body = await response.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except (*UNREACHABLE, ValueError):  # no answer, or not JSON
             return None
         return body if isinstance(body, dict) else None
 

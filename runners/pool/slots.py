@@ -96,3 +96,44 @@ class Slot:
 
     def resident_since(self, now: float) -> float:
         return now - self.ready_at
+
+
+@dataclass(frozen=True, slots=True)
+class SlotView:
+    """One slot as the capabilities list and the metrics show it."""
+
+    model: str
+    state: SlotState
+    pinned: bool
+    devices: tuple[int, ...]
+    lease_bytes: int
+    """Per device; 0 when the slot holds no memory."""
+    observed_bytes: int | None
+    in_flight: int
+    last_used: float
+    expires_at: float | None
+    load_ewma: float
+    last_state: SlotState
+    last_reason: str
+    """Why the last transition happened: ``loaded``, ``ttl``, ``evicted:lru``, ``admin``…"""
+    last_at: float
+    cooldown_until: float | None
+
+    @classmethod
+    def of(cls, slot: Slot) -> SlotView:
+        return cls(
+            model=slot.model,
+            state=slot.state,
+            pinned=slot.pinned,
+            devices=slot.devices,
+            lease_bytes=slot.lease_bytes,
+            observed_bytes=slot.observed_bytes,
+            in_flight=slot.in_flight,
+            last_used=slot.last_used,
+            expires_at=slot.expires_at,
+            load_ewma=slot.load_ewma,
+            last_state=slot.last.state,
+            last_reason=slot.last.reason,
+            last_at=slot.last.at,
+            cooldown_until=slot.cooldown_until if slot.state is SlotState.FAILED else None,
+        )

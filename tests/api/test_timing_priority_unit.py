@@ -8,7 +8,8 @@ from api.errors import InvalidInput
 from api.idempotency import fingerprint
 from api.priority import parse_priority_header
 from api.protocol import PredictionCreate
-from api.timing import seconds, timing_headers
+from api.timing import timing_headers
+from protocol.timings import decimal_seconds as seconds
 from tracker.priority import Priority
 
 VERSION = "a" * 64

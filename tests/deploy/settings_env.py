@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The packages whose settings each ``conduit`` subcommand reads (the image's entrypoint is
 #: ``conduit``, so a container's first argument names its process).
 PROCESS_PACKAGES: dict[str, tuple[str, ...]] = {
-    "api": ("api", "tracker"),
+    "api": ("api", "lane", "tracker"),
     "director": ("director", "tracker"),
     "runner": ("runners",),
     "migrate": ("api",),
@@ -34,7 +34,7 @@ PROCESS_PACKAGES: dict[str, tuple[str, ...]] = {
 
 #: Read from ``os.environ`` directly rather than through a settings class, by the CLI every
 #: process starts from; each must still appear, quoted, in the file named.
-DIRECT_READS: dict[str, str] = {"CONDUIT_LOG_LEVEL": "conduit/cli.py"}
+DIRECT_READS: dict[str, str] = {"CONDUIT_LOG_LEVEL": "core/logs.py"}
 
 
 @cache

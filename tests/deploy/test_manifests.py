@@ -22,8 +22,8 @@ import jsonschema
 import pytest
 import yaml
 
+import protocol as wire
 from director.settings import DirectorSettings
-from runners import protocol as wire
 from tests.deploy import settings_env
 from tests.deploy.rendering import KIT, OVERLAYS, Manifest, identity, overlay, render
 from tests.deploy.validation import VERSIONS, validate

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.deploy.rendering import overlay
 from tests.deploy.workloads import containers
 from tests.fixtures.processes import Launcher

@@ -8,9 +8,10 @@ import asyncio
 import pytest
 
 from director.fleet_member import FleetMember, Served
-from director.runner_client import STOCK_COG, Capabilities, RunnerClient
 from director.runner_monitor import RunnerMonitor
-from runners.protocol import HealthStatus
+from protocol import HealthStatus
+from protocol.capabilities import STOCK_COG, Capabilities
+from protocol.client import RunnerClient
 from tracker.fleet import RunnerState
 
 SERVED = Served(

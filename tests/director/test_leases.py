@@ -7,17 +7,29 @@ import uuid
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.services import free_port
+from core.ports import free_port
 from director.attempts import Attempts
 from director.leases import Heartbeats, Lease
+from director.metrics import DirectorMetrics
 from director.queue import GROUP, Entry, Queue, deployment_stream
 from director.reclaim import Reclaimer
+from tracker.batch_writes import StateWrites
 from tracker.keys import alive_key
+from tracker.ledger import Ledger
 
 
 def _heartbeats(redis: Redis, engine: AsyncEngine, consumer: str) -> Heartbeats:
     reclaimer = Reclaimer(Queue(redis), consumer)
-    return Heartbeats(redis, reclaimer, engine, Attempts(2), interval=0.25, visibility_timeout=1.0)
+    ledger = Ledger(StateWrites(engine))
+    return Heartbeats(
+        redis,
+        reclaimer,
+        ledger,
+        Attempts(2),
+        DirectorMetrics(),
+        interval=0.25,
+        visibility_timeout=1.0,
+    )
 
 
 async def test_a_stale_lease_is_renewed_before_it_answers(

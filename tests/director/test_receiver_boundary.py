@@ -22,18 +22,19 @@ import httpx
 import psycopg
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from director.attempts import Attempt, Attempts
 from director.leases import Lease
+from director.metrics import DirectorMetrics
 from director.queue import Entry
 from director.receiver import MAX_BODY, Receiver
 from director.settings import DirectorSettings
+from protocol.timings import RunnerTimes
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, fetch, wait_status
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.scripted_runner import ScriptedRunner, scripted_runner
 from tests.fixtures.waiting import wait_for
-from tracker.usage import RunnerTimes
 
 SUCCEEDED = {"status": "succeeded", "output": ["forged"], "logs": "", "metrics": {}}
 
@@ -67,7 +68,7 @@ class Inbox:
 @asynccontextmanager
 async def inbox(public_url: str | None = None, port: int = 0) -> AsyncIterator[Inbox]:
     attempts = Attempts(4)
-    receiver = Receiver("127.0.0.1", port, public_url, attempts)
+    receiver = Receiver("127.0.0.1", port, public_url, attempts, DirectorMetrics())
     await receiver.start()
     try:
         async with aiohttp.ClientSession() as http:

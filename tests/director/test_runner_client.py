@@ -14,21 +14,20 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from director.backoff import StartBackoff
-from director.runner_client import (
-    STOCK_COG,
-    Capabilities,
+from core.backoff import StartBackoff
+from director.runner_monitor import RunnerMonitor
+from protocol.answers import parse_retry_after
+from protocol.capabilities import STOCK_COG, Capabilities
+from protocol.client import RunnerClient
+from protocol.errors import (
     InputRejected,
     RateLimited,
     RunnerBusy,
-    RunnerClient,
     RunnerError,
     RunnerNotReady,
     RunnerRefused,
     RunnerSaturated,
-    parse_retry_after,
 )
-from director.runner_monitor import RunnerMonitor
 
 Answer = Callable[[], web.Response]
 

@@ -31,6 +31,7 @@ import redis
 from starlette.requests import Request
 
 from api.auth import AccountCache, FailureBudget, client_address, well_formed
+from core.ids import new_api_token
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, create, fetch, wait_status
@@ -40,7 +41,6 @@ from tests.fixtures.waiting import wait_for
 from tracker import keys
 from tracker.capabilities import DEFAULT_TTL, StreamSigner, Verdict
 from tracker.catalog import AccountInfo
-from tracker.ids import new_api_token
 
 pytestmark = pytest.mark.e2e
 

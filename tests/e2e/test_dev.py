@@ -21,9 +21,11 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from conduit.services import ServiceUrls, create_database, free_port
+from conduit.services import ServiceUrls
+from core.ports import free_port
 from tests.fixtures.api import wait_status
 from tests.fixtures.processes import base_env
+from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import wait_for
 
 # dev names its deployment conduit/echo like the session's stack, and stream names carry the

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from api.idempotency import Idempotency
+from core.ids import token_sha256
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, wait_status
-from tracker.ids import token_sha256
 
 DEPLOYMENT_PATH = f"/v1/deployments/{ECHO}/predictions"
 

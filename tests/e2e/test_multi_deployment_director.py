@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, fetch, wait_status
 from tests.fixtures.pool_host import MIB, answers, slots

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status
 from tests.fixtures.pool_host import MIB, answers, slots

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.conftest import Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status

@@ -7,7 +7,7 @@ import uuid
 
 import httpx
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem

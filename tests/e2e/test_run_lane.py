@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from redis.asyncio import Redis
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem

@@ -10,7 +10,7 @@ import uuid
 import httpx
 import psycopg
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status
 from tests.fixtures.processes import Launcher

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, fetch, wait_status
 from tests.fixtures.processes import Launcher

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conduit.services import PostgresServer, RedisServer, create_database
 from tests.faults.harness import RESULTS, Drill, drill_stack
+from tests.fixtures.servers import PostgresServer, RedisServer, create_database
 
 
 class DrillServers:

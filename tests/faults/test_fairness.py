@@ -23,9 +23,9 @@ import uuid
 
 import psycopg
 
+from core.ids import token_sha256
 from tests.faults.conftest import register_faulty
 from tests.faults.harness import Drill, verify
-from tracker.ids import token_sha256
 from tracker.keys import account_shards
 
 WORK = {"n": 1, "delay": 0.05}

@@ -42,11 +42,11 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from core.ids import new_prediction_id
 from tests.faults.conftest import DrillServers, register_faulty
 from tests.faults.harness import TERMINAL, Drill, Submitted, verify
 from tests.fixtures.processes import Proc
 from tests.fixtures.waiting import wait_for
-from tracker.ids import new_prediction_id
 
 RANK = {"starting": 0, "processing": 1, **{status: 2 for status in TERMINAL}}
 #: What a SIGKILLed director may do to a prediction it claimed.

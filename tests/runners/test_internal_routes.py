@@ -25,9 +25,9 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
+from protocol import bearer
 from runners.config import RunnerConfig
 from runners.models.echo import EchoModel
-from runners.protocol import bearer
 from runners.server import SERVICE, create_app
 from runners.service import RunnerService
 

@@ -17,25 +17,22 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from conduit.services import free_port
-from runners.errors import NonceStoreUnavailableError, RequestRefused
-from runners.optokens import (
+from core.ports import free_port
+from runners.control_errors import (
     BadSignatureError,
     InsufficientSignersError,
     MalformedOpTokenError,
-    MemoryNonceStore,
     ModelMismatchError,
+    NonceStoreUnavailableError,
     OperationMismatchError,
     OpTokenError,
-    OpTokenVerifier,
     OutsideValidityWindowError,
-    RedisNonceStore,
     ReplayedNonceError,
     RunnerMismatchError,
-    issue,
-    nonce_key,
-    read_key,
 )
+from runners.errors import RequestRefused
+from runners.nonces import MemoryNonceStore, RedisNonceStore, nonce_key
+from runners.optokens import OpTokenVerifier, issue, read_key
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = b"test-op-token-key-\x00\xff"

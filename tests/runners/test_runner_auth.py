@@ -30,15 +30,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from director.runner_client import RunnerClient, RunnerUnauthorized
+from core.ssrf import BlockedAddress
+from protocol import bearer
+from protocol.client import RunnerClient
+from protocol.errors import RunnerUnauthorized
 from runners.auth import is_loopback
 from runners.config import RunnerConfig
 from runners.models.echo import EchoModel
 from runners.optokens import issue
-from runners.protocol import bearer
 from runners.server import SERVICE, create_app
 from runners.service import RunnerService
-from runners.ssrf import BlockedAddress
 from runners.webhooks import MAX_ANSWER_BYTES, open_session, post
 from tests.fixtures.processes import RUNNER_AUTH, RUNNER_TOKEN, Launcher, base_env
 from tests.fixtures.waiting import until

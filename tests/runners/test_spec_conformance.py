@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conduit.services import free_port
+from core.ports import free_port
 from runners.optokens import issue
 from tests.fixtures.waiting import wait_for
 from tests.runners.lifecycle_calls import KEY, SIGNERS

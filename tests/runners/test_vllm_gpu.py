@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
+from protocol import FlushScope
 from runners.models.vllm import VLLMModel
-from runners.protocol import FlushScope
 
 if TYPE_CHECKING:
     from conftest import StartRunner, WebhookReceiver

@@ -18,10 +18,11 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from conduit.cli import migrate
-from conduit.redis_topologies import RedisClusterTopology
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
 from tests.conftest import admin, launcher, stack
 from tests.faults.harness import Drill, drill_stack
+from tests.fixtures.redis_topologies import RedisClusterTopology
+from tests.fixtures.servers import create_database
 
 __all__ = ["admin", "launcher", "stack"]  # the session's, declared again for the cluster
 

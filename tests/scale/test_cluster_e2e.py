@@ -14,7 +14,6 @@ import concurrent.futures
 
 import httpx
 
-from conduit.redis_topologies import RedisClusterTopology
 from tests.conftest import ECHO, Stack
 from tests.e2e.test_predictions import (
     test_deployment_prediction_succeeds_with_full_output,
@@ -39,6 +38,7 @@ from tests.e2e.test_sse import (
     test_the_stream_url_resumes_without_a_bearer_token,
 )
 from tests.fixtures.api import create
+from tests.fixtures.redis_topologies import RedisClusterTopology
 from tests.fixtures.sse import read_stream
 from tests.scale.conftest import cluster_client, node_clients
 from tracker.keys import events_key, slot_tag

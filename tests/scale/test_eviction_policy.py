@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from conduit.services import RedisServer, free_port
+from core.ports import free_port
 from tests.conftest import ECHO, Stack
 from tests.fixtures.processes import Launcher, Proc
+from tests.fixtures.servers import RedisServer
 from tests.fixtures.waiting import wait_for
 from tracker.redis_connect import EvictingRedis, connect, require_noeviction
 

@@ -21,11 +21,12 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
 
-from conduit.pgbouncer import PgBouncer
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status
+from tests.fixtures.pgbouncer import PgBouncer
 from tests.fixtures.processes import Launcher, base_env
+from tests.fixtures.servers import create_database
 from tracker.db import make_engine
 
 ECHO = "conduit/echo"

@@ -21,10 +21,11 @@ import pytest
 from psycopg import sql
 
 from conduit.cli import migrate
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status
 from tests.fixtures.processes import Launcher, base_env
+from tests.fixtures.servers import create_database
 
 ECHO = "conduit/echo"
 MARK = "from the replica: "

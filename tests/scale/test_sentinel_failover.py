@@ -25,10 +25,11 @@ import pytest
 from redis import Redis
 from redis.sentinel import Sentinel
 
-from conduit.redis_topologies import SERVICE, SentinelTopology
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
 from tests.faults.harness import Drill, drill_stack, verify
 from tests.fixtures import waiting
+from tests.fixtures.redis_topologies import SERVICE, SentinelTopology
+from tests.fixtures.servers import create_database
 from tests.fixtures.sse import read_stream
 from tests.fixtures.waiting import wait_for
 

@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from director.attempts import Attempt
 from director.execution import RERUN_AFTER_OUTPUT, Execution
 from director.leases import Lease
+from director.metrics import DirectorMetrics
 from director.queue import Entry
-from director.runner_client import RunnerClient
 from director.runner_monitor import RunnerMonitor
+from protocol.client import RunnerClient
 from tests.fixtures.predictions import inserted_prediction
 from tests.fixtures.waiting import apace
 from tracker import store
@@ -176,6 +177,7 @@ async def _rerun(engine: AsyncEngine, pid: str, events: EventLog) -> RowMapping 
             timeout=0.5,
             cancel_grace=0.1,
             monitor=RunnerMonitor(runner, 1.0, 1),
+            metrics=DirectorMetrics(),
         )
         try:
             return await execution.run({})

@@ -6,13 +6,8 @@ import random
 
 import pytest
 
-from tracker.retry import (
-    PERSISTENT_CAP,
-    PERSISTENT_INITIAL,
-    PERSISTENT_JITTER,
-    TRANSIENT,
-    backoff_delay,
-)
+from core.backoff import backoff_delay
+from core.transient import PERSISTENT_CAP, PERSISTENT_INITIAL, PERSISTENT_JITTER, TRANSIENT
 
 
 def test_doubles_from_initial_up_to_the_cap_without_jitter() -> None:

@@ -11,12 +11,13 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from protocol.timings import RunnerTimes
 from tests.fixtures.predictions import new_predictions
 from tracker import store
 from tracker.batch_writes import StateWrites, _unique_rounds
 from tracker.group_commit import Batcher
 from tracker.states import Status
-from tracker.usage import CPU, RunnerTimes
+from tracker.usage import CPU
 
 
 async def _claimed(engine: AsyncEngine, count: int) -> list[str]:

@@ -19,13 +19,14 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from conduit.cli import migrate
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
+from core.ssrf import parse_cidrs
 from tests.fixtures.predictions import new_predictions
+from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import until
 from tracker import store
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
-from tracker.ssrf import parse_cidrs
 from tracker.webhooks import WebhookPolicy, open_session
 
 POOL_SIZE = 1  # and as many again of overflow: two connections in all

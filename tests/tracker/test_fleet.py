@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Mapping
 import pytest
 from redis.asyncio import Redis
 
-from conduit.services import free_port
+from core.ports import free_port
 from tests.fixtures.waiting import until
 from tracker import keys
 from tracker.fleet import (

@@ -13,11 +13,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from core.ids import new_webhook_secret
+from core.ssrf import parse_cidrs
 from tests.fixtures.waiting import apace
 from tracker.fence import Fence, Unfenced
-from tracker.ids import new_webhook_secret
 from tracker.intermediate import IntermediateSender, SendSlots
-from tracker.ssrf import parse_cidrs
 from tracker.webhooks import WebhookPolicy, open_session, post
 
 INTERVAL = 0.2

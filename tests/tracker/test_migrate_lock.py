@@ -12,8 +12,9 @@ from pathlib import Path
 import psycopg
 from alembic.script import ScriptDirectory
 
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
 from tests.fixtures.processes import base_env
+from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import wait_for
 from tracker.db import MIGRATE_LOCK_KEY
 

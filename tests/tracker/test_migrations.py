@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from conduit.cli import migrate
-from conduit.services import ServiceUrls, create_database
+from conduit.services import ServiceUrls
+from tests.fixtures.servers import create_database
 
 _INSERT = (
     "INSERT INTO predictions (id, account_id, model, version_id, input, {column}) "

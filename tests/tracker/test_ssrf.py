@@ -1,4 +1,4 @@
-"""The SSRF guard (``runners.ssrf``, re-exported as ``tracker.ssrf``): address classification,
+"""The SSRF guard (``core.ssrf``): address classification,
 URL checks, host names allowed by name, the resolver, and zero real connections."""
 
 from __future__ import annotations
@@ -14,9 +14,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestServer
 
-import tracker.ssrf
-from runners import ssrf
-from runners.ssrf import (
+from core.ssrf import (
     BlockedAddress,
     GuardedResolver,
     check_webhook_url,
@@ -120,12 +118,6 @@ def test_check_webhook_url_refuses(url: str) -> None:
 @pytest.mark.parametrize("url", ALLOWED_URLS)
 def test_check_webhook_url_accepts(url: str) -> None:
     check_webhook_url(url)
-
-
-def test_tracker_reexports_the_one_guard() -> None:
-    assert tracker.ssrf.__all__
-    for name in tracker.ssrf.__all__:
-        assert getattr(tracker.ssrf, name) is getattr(ssrf, name)
 
 
 def test_allowed_host_names_pass_by_exact_name_only() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from protocol.timings import RunnerTimes
 from tests.fixtures.predictions import inserted_prediction
 from tracker import store
 from tracker.states import Status
-from tracker.usage import RunnerTimes
 
 
 async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngine) -> None:

@@ -17,14 +17,15 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core.transient import TRANSIENT, persistently
 from tests.fixtures.predictions import inserted_prediction
 from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
 from tracker.fence import Unfenced
-from tracker.retry import TRANSIENT, persistently
+from tracker.run_output import Caps
 from tracker.states import Status
-from tracker.tracker import AttemptTracker, Caps, Publishing, UnrecordableResult
+from tracker.tracker import AttemptTracker, Publishing, UnrecordableResult
 
 
 @pytest.fixture

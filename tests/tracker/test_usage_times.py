@@ -8,16 +8,17 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker import catalog, store, usage
-from tracker.ids import new_prediction_id
+from core.ids import new_prediction_id
+from protocol.timings import RunnerTimes
+from tracker import catalog_admin, store, usage
 from tracker.states import Status
-from tracker.usage import RunnerTimes, remote_times
+from tracker.usage import remote_times
 
 SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
 
 
 async def _claimed(engine: AsyncEngine, account_id: int) -> str:
-    version = await catalog.create_version(engine, "usage", "model", SCHEMA, None)
+    version = await catalog_admin.create_version(engine, "usage", "model", SCHEMA, None)
     prediction = store.NewPrediction(
         id=new_prediction_id(),
         account_id=account_id,
@@ -46,7 +47,7 @@ async def _record(engine: AsyncEngine, prediction_id: str) -> dict[str, Any]:
 
 
 async def _account(engine: AsyncEngine) -> int:
-    account, _ = await catalog.create_account(engine, f"usage-{uuid.uuid4().hex[:8]}")
+    account, _ = await catalog_admin.create_account(engine, f"usage-{uuid.uuid4().hex[:8]}")
     return account.id
 
 

@@ -11,9 +11,9 @@ from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from runners import backoff as backoff_module
-from tracker.ids import new_webhook_secret
-from tracker.ssrf import parse_cidrs
+from core import backoff as backoff_module
+from core.ids import new_webhook_secret
+from core.ssrf import parse_cidrs
 from tracker.webhooks import USER_AGENT, WebhookPolicy, open_session, post, sign
 
 BODY = json.dumps({"id": "abc", "status": "succeeded", "output": ["héllo"]}, ensure_ascii=False)

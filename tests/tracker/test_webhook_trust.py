@@ -22,15 +22,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit.cli import migrate
-from conduit.services import ServiceUrls, create_database
-from tests.fixtures.dripping import dripping_receiver
-from tests.fixtures.predictions import new_predictions
-from tests.fixtures.waiting import until
-from tracker import store
-from tracker.db import make_engine
-from tracker.deliveries import Dispatcher
-from tracker.fleet import FleetEntry, FleetRegistry, RunnerState, runner_entry_id
-from tracker.ssrf import (
+from conduit.services import ServiceUrls
+from core.ssrf import (
     BlockedAddress,
     GuardedResolver,
     RefusedEndpoints,
@@ -38,6 +31,14 @@ from tracker.ssrf import (
     parse_cidrs,
     protocol_route,
 )
+from tests.fixtures.dripping import dripping_receiver
+from tests.fixtures.predictions import new_predictions
+from tests.fixtures.servers import create_database
+from tests.fixtures.waiting import until
+from tracker import store
+from tracker.db import make_engine
+from tracker.deliveries import Dispatcher
+from tracker.fleet import FleetEntry, FleetRegistry, RunnerState, runner_entry_id
 from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, open_session, post
 

@@ -20,11 +20,11 @@ from starlette.requests import Request
 from api.auth import Authenticator
 from api.errors import RateLimited, Unauthenticated
 from api.settings import ApiSettings
+from protocol import PredictionResponse, WebhookEvent
+from protocol.timings import RunnerTimes
 from runners.config import RunnerConfig
-from runners.protocol import PredictionResponse, WebhookEvent
 from runners.webhooks import WebhookDispatcher
 from tracker.catalog import AccountInfo
-from tracker.usage import RunnerTimes
 
 
 def _request(token: str, client: str = "203.0.113.7") -> Request:

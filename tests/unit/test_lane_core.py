@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api.lane import (
+from lane import (
     ArmTimer,
     Arrive,
     Cancel,
@@ -29,8 +29,8 @@ from api.lane import (
     RunnerSlot,
     Tick,
 )
-from api.lane.queue import account_cap
-from api.lane.runners import Health
+from lane.queue import account_cap
+from lane.runners import Health
 
 OOC = RejectReason.OUT_OF_CAPACITY
 

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from api.lane import RunnerSlot, member_index, slice_permits, slice_runners
-from api.lane.budget import RetryBudget
-from api.lane.estimate import ServiceTime, retry_after
-from api.lane.queue import FairQueue, account_cap
+from lane import RunnerSlot, member_index, slice_permits, slice_runners
+from lane.budget import RetryBudget
+from lane.estimate import ServiceTime, retry_after
+from lane.queue import FairQueue, account_cap
 
 
 @given(

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from api.lane import (
+from lane import (
     Arrive,
     Dispatch,
     LaneConfig,
@@ -20,9 +20,9 @@ from api.lane import (
     RunnersChanged,
     RunnerSlot,
 )
-from api.lane.shell import LaneShell
-from api.lane.stream_events import SnapshotEvents
-from runners.protocol import PredictionResponse, RunnerStatus
+from lane.shell import LaneShell
+from lane.stream_events import SnapshotEvents
+from protocol import PredictionResponse, RunnerStatus
 
 
 def _core(**config: float) -> LaneCore:

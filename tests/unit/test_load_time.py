@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from protocol.timings import RunnerTimes
 from runners.pool import (
     FixedProbe,
     Grant,
@@ -22,7 +23,7 @@ from runners.pool import (
     StartUnload,
     UnloadDone,
 )
-from tracker.usage import RunnerTimes, remote_times
+from tracker.usage import remote_times
 
 GiB = 2**30
 

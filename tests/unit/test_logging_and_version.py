@@ -12,7 +12,7 @@ import pytest
 
 from api.prefer import MAX_WAIT
 from api.settings import ApiSettings
-from conduit.logging_setup import (
+from core.logs import (
     JsonFormatter,
     TextFormatter,
     bound,

@@ -15,15 +15,8 @@ import psycopg
 import pytest
 
 from conduit import services
-from conduit.services import (
-    PostgresServer,
-    RedisServer,
-    ServerStartError,
-    ServicesUnavailable,
-    create_database,
-    local_services,
-    redis_command,
-)
+from conduit.services import ServerStartError, ServicesUnavailable, local_services, redis_command
+from tests.fixtures.servers import PostgresServer, RedisServer, create_database
 from tests.fixtures.waiting import wait_for as shared_wait_for
 
 

@@ -1,0 +1,74 @@
+"""What a caller hands the lane for one ``/run``, and what the lane hands back.
+
+The caller (the api's ``/run`` routes) authenticates, resolves the destination and validates
+the input first; the lane never sees HTTP. It answers a :data:`RunResult`, or raises one of
+:mod:`lane.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from protocol import Priority
+
+#: ``(event, data, id)``: one event of a streamed run (the prediction stream's names).
+StreamEvent = tuple[str, str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a run goes (``lane``: the lane's name, a deployment) and what it is recorded
+    under."""
+
+    lane: str
+    model: str
+    version_id: str
+    target: str
+    deployment_id: int | None = None
+    deployment: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """One ``/run``, authenticated and validated."""
+
+    destination: Destination
+    account_id: int
+    priority: Priority
+    """Already honoured: what the account may ask for on this destination."""
+    input_json: bytes
+    """The input, as canonical JSON."""
+    stream: bool
+    """Answer the run's events as they happen rather than the finished run."""
+    left: Callable[[], Awaitable[object]]
+    """Returns once the client has gone (waited on only while a wait may be long)."""
+    cancel_after: float | None = None
+    """Seconds the client gives the run to be dispatched (``Cancel-After``)."""
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The finished run (``{"id", "status", "output", "error", "metrics"}``) and its headers."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """The run's events as they happen; the permit is held until ``events`` ends (or is
+    closed)."""
+
+    events: AsyncGenerator[StreamEvent, None]
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    """The client left before the answer: nobody reads it."""
+
+
+RunResult = Finished | Streamed | Left

@@ -1,0 +1,188 @@
+"""The lane's IO shell: feeds the sans-IO core and carries out its effects in the event loop.
+
+asyncio runs one callback at a time, so :meth:`LaneShell.handle` calls ``core.handle``
+synchronously from whichever request handler or callback has news; nothing else touches the
+core, and no lock is needed. Effects are carried out at once: ``ArmTimer`` (re)arms the one
+timer (``loop.call_at``, on the loop's clock, which is the events' clock), and the final
+answer of a request (``Dispatch``, ``Reject``, ``Fail``) resolves the future its handler
+awaits.
+
+The shell keeps the core's contract: exactly one ``Done`` per ``Dispatch``. A ``Dispatch``
+whose handler is gone (it was cancelled as the permit was granted) is given back at once as
+``Done(disconnected)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lane.core import LaneCore
+from lane.events import (
+    ArmTimer,
+    Arrive,
+    Cancel,
+    Dispatch,
+    Done,
+    Event,
+    Fail,
+    Outcome,
+    Reject,
+    RunnersChanged,
+    RunnerSlot,
+    Tick,
+)
+from lane.records import LaneConfig, LaneCounters
+
+log = logging.getLogger(__name__)
+
+Answer = Dispatch | Reject | Fail
+"""What a request waits for: a permit on a runner, or its end."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A request's place in the lane: ``answer`` resolves to its ``Dispatch``, ``Reject`` or
+    ``Fail``."""
+
+    request_id: str
+    deployment: str
+    answer: asyncio.Future[Answer]
+
+
+class LaneShell:
+    def __init__(
+        self,
+        config: LaneConfig | None = None,
+        on_wait: Callable[[str, float], None] | None = None,
+    ) -> None:
+        """``on_wait(deployment, seconds)``: a request's wait in the queue, at its first
+        dispatch (for the ``lane_queue_wait_seconds`` histogram)."""
+        self.core = LaneCore(config)
+        self.on_wait = on_wait
+        self._answers: dict[str, asyncio.Future[Answer]] = {}
+        self._deployment_of: dict[str, str] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._inbox: deque[Event] = deque()
+        self._handling = False
+
+    @property
+    def config(self) -> LaneConfig:
+        return self.core.config
+
+    @staticmethod
+    def now() -> float:
+        return asyncio.get_running_loop().time()
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def refuse_early(self, deployment: str, account: str, band: int) -> Reject | None:
+        """What the lane would surely answer now, before the request's body is read."""
+        return self.core.refuse_early(deployment, account, band, self.now())
+
+    def arrive(
+        self, request_id: str, deployment: str, account: str, band: int, deadline: float | None
+    ) -> Admission:
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._answers[request_id] = answer
+        self._deployment_of[request_id] = deployment
+        self.handle(Arrive(request_id, deployment, account, band, deadline, self.now()))
+        return Admission(request_id, deployment, answer)
+
+    def leave(self, admission: Admission) -> None:
+        """The request's handler gives up waiting (its client left): out of the queue, or, if
+        the permit was granted meanwhile, the permit back."""
+        answer = self._answers.pop(admission.request_id, None)
+        if answer is not None and answer.done() and not answer.cancelled():
+            granted = answer.result()
+            if isinstance(granted, Dispatch):
+                self.done(granted, Outcome.DISCONNECTED, first_byte_sent=False)
+                return
+        self._deployment_of.pop(admission.request_id, None)
+        self.handle(Cancel(admission.request_id, self.now()))
+
+    def done(
+        self,
+        dispatch: Dispatch,
+        outcome: Outcome,
+        *,
+        first_byte_sent: bool,
+        retry_after: float | None = None,
+    ) -> Answer | None:
+        """The attempt ``dispatch`` ended. The request's next answer when the lane has one for
+        it (a retry's ``Dispatch``, or its ``Reject`` or ``Fail``); None when it is over."""
+        request_id = dispatch.request_id
+        answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._answers[request_id] = answer
+        self.handle(
+            Done(request_id, dispatch.runner_id, outcome, first_byte_sent, self.now(), retry_after)
+        )
+        if answer.done():
+            return answer.result()
+        self._answers.pop(request_id, None)
+        self._deployment_of.pop(request_id, None)
+        return None
+
+    # --- the fleet ---------------------------------------------------------------------------
+
+    def runners_changed(self, deployment: str, runners: tuple[RunnerSlot, ...]) -> None:
+        self.handle(RunnersChanged(deployment, runners, self.now()))
+
+    def snapshot(self) -> dict[str, LaneCounters]:
+        return self.core.snapshot()
+
+    # --- the core ----------------------------------------------------------------------------
+
+    def handle(self, event: Event) -> None:
+        """Feed ``event`` to the core and carry out what it answers. Events raised while
+        effects are carried out (a grant nobody waits for any more) queue behind it."""
+        self._inbox.append(event)
+        if self._handling:
+            return
+        self._handling = True
+        try:
+            while self._inbox:
+                for effect in self.core.handle(self._inbox.popleft()):
+                    if isinstance(effect, ArmTimer):
+                        self._arm(effect.at)
+                    else:
+                        self._answer(effect)
+        finally:
+            self._handling = False
+
+    def _answer(self, effect: Answer) -> None:
+        request_id = effect.request_id
+        answer = self._answers.get(request_id)
+        if isinstance(effect, Dispatch) and effect.attempt == 1 and self.on_wait is not None:
+            deployment = self._deployment_of.get(request_id)
+            if deployment is not None:
+                self.on_wait(deployment, effect.waited_s)
+        if answer is not None and not answer.done():
+            answer.set_result(effect)
+            if not isinstance(effect, Dispatch):
+                self._answers.pop(request_id, None)
+                self._deployment_of.pop(request_id, None)
+            return
+        if isinstance(effect, Dispatch):
+            # Granted to a request whose handler is gone: the permit goes straight back.
+            log.debug("lane: permit for %s given back, nobody waits for it", request_id)
+            self._inbox.append(
+                Done(request_id, effect.runner_id, Outcome.DISCONNECTED, False, self.now())
+            )
+
+    def _arm(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_at(at, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.handle(Tick(self.now()))
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -1,0 +1,297 @@
+"""The one runner client: Cog's protocol, caller side, over one pooled aiohttp session.
+
+The director starts, follows and cancels predictions with it (:meth:`RunnerClient.start`,
+:meth:`~RunnerClient.attach`, :meth:`~RunnerClient.cancel`) and watches its runner
+(:meth:`~RunnerClient.health_check`, :meth:`~RunnerClient.capabilities`); the synchronous lane
+calls runners with :meth:`~RunnerClient.run`. Every answer is read by the one table,
+:func:`protocol.answers.read`: a start raises what :mod:`protocol.errors` says for a verdict
+other than ``accepted``; a synchronous call returns its :class:`RunAnswer`, verdict and all.
+
+aiohttp rather than httpx on this path: with many requests in flight httpx 0.28 was measured
+an order of magnitude slower (see the design notes), and the director talks to its runner for
+every prediction.
+
+With a runner token (``CONDUIT_RUNNER_TOKEN``), every call carries it as ``Authorization:
+Bearer``; a stock Cog server ignores the header.
+
+Each start carries the time the prediction has left (``X-Conduit-Deadline``), which a model pool
+host holds its queue, load and run to; a single Conduit runner and a stock Cog server do not
+read it. A pool answers how long it held the start (``X-Conduit-Load-Time``,
+``X-Conduit-Queue-Wait``): :attr:`Accepted.times`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import pydantic
+
+import protocol as wire
+from core.unreachable import UNREACHABLE
+from protocol import HealthCheck, PredictionResponse, Priority
+from protocol.answers import Reading, Verdict, read, unreachable
+from protocol.capabilities import STOCK_COG, Capabilities
+from protocol.errors import NotRunning, RunnerError, error_for
+from protocol.feed import SnapshotFeed
+from protocol.timings import RunnerTimes, RunnerTiming
+
+log = logging.getLogger(__name__)
+#: A snapshot stream lasts as long as its prediction: only connecting is bounded here.
+_STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
+#: How long a start may take to be answered (accepted, refused, or its stream begun).
+START_ANSWER_TIMEOUT = 30.0
+#: A synchronous call lasts as long as its model takes (its caller ends it when its own client
+#: leaves): only connecting is bounded.
+_RUN_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
+_HINT = "give the caller the runner's CONDUIT_RUNNER_TOKEN"
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A start the runner took."""
+
+    feed: SnapshotFeed | None
+    """Its snapshot stream (a Conduit runner's); None: its webhooks say what happens."""
+    times: RunnerTimes
+    """What a model pool host held it for before passing it on (``load_time``, and its
+    ``queue_wait_time``); empty from any other runner."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunAnswer:
+    """How a synchronous call went. ``accepted``: ``prediction`` is the finished one, or
+    ``feed`` yields its snapshots (until the runner ends the response)."""
+
+    reading: Reading
+    prediction: PredictionResponse | None = None
+    feed: SnapshotFeed | None = None
+    timing: RunnerTiming = field(default_factory=RunnerTiming)
+    text: str = ""
+    """The answer's body when it was not accepted."""
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.reading.verdict
+
+
+class RunnerClient:
+    def __init__(
+        self, base_url: str, session: aiohttp.ClientSession, token: str | None = None
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.session = session
+        #: Headers on every call: the runner token, when there is one.
+        self.auth: dict[str, str] = wire.bearer(token) if token else {}
+
+    async def start(
+        self,
+        prediction_id: str,
+        input: dict[str, Any],
+        webhook: str,
+        tenant: str | None = None,
+        priority: str = Priority.NORMAL,
+        deadline: float | None = None,
+    ) -> Accepted:
+        """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
+
+        It also asks for the snapshot stream (``Accept: application/x-ndjson``): a Conduit
+        runner answers with it, and the returned feed carries the snapshots that would
+        otherwise come as webhooks; a stock Cog server ignores the header, answers 202, and
+        the feed is None: its webhooks say what happens. Either way the webhook stays in the
+        body, as the runner's fallback when a stream breaks off.
+
+        Accepted may mean queued inside the runner: its ``start`` snapshot says when it runs.
+        ``X-Tenant-ID`` and ``X-Priority`` tell a Conduit runner whose work it is and how urgent
+        (a stock Cog server ignores them). ``deadline`` is the seconds the prediction has left
+        (``X-Conduit-Deadline``). Raises what :func:`protocol.errors.error_for` makes of any
+        other verdict: a ``RunnerRefused`` when it will not take the prediction now,
+        ``OutOfTime`` or ``CannotServe`` when a model pool cannot run it.
+        """
+        extra = {} if deadline is None else {wire.DEADLINE: f"{max(0.0, deadline):.3f}"}
+        return await self._put(prediction_id, input, webhook, tenant, priority, extra)
+
+    async def attach(
+        self,
+        prediction_id: str,
+        input: dict[str, Any],
+        webhook: str,
+        tenant: str | None = None,
+        priority: str = Priority.NORMAL,
+    ) -> SnapshotFeed | None:
+        """Follow a run a Conduit runner is still running (its director died): the same
+        ``PUT`` with ``If-Match: *``, which starts nothing. The feed of its snapshots, the
+        state so far first; None when the runner is not running it (412).
+
+        Only for Conduit runners: a stock Cog server ignores ``If-Match`` and would start a
+        second run.
+        """
+        try:
+            accepted = await self._put(
+                prediction_id, input, webhook, tenant, priority, {wire.IF_MATCH: wire.ATTACH}
+            )
+            return accepted.feed
+        except NotRunning:
+            return None
+
+    async def _put(
+        self,
+        prediction_id: str,
+        input: dict[str, Any],
+        webhook: str,
+        tenant: str | None,
+        priority: str,
+        extra_headers: dict[str, str],
+    ) -> Accepted:
+        headers = {
+            wire.PREFER: wire.RESPOND_ASYNC,
+            wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}",
+            wire.PRIORITY: priority,
+            **extra_headers,
+            **self.auth,
+        }
+        if tenant is not None:
+            headers[wire.TENANT_ID] = tenant
+        # Every webhook event (the default): the director decides what reaches the client.
+        request = wire.PredictionRequest(id=prediction_id, input=input, webhook=webhook)
+        body = request.model_dump(mode="json", exclude={"context"})
+        url = self.base_url + wire.PREDICTION_PATH.format(id=prediction_id)
+        try:
+            async with asyncio.timeout(START_ANSWER_TIMEOUT):
+                response = await self.session.put(
+                    url, json=body, headers=headers, timeout=_STREAM_TIMEOUT, allow_redirects=False
+                )
+                times = RunnerTimes.from_start(
+                    response.headers.get(wire.LOAD_TIME),
+                    response.headers.get(wire.POOL_QUEUE_WAIT),
+                )
+                if response.status == 200 and response.content_type == wire.NDJSON:
+                    return Accepted(SnapshotFeed(response), times)
+                try:
+                    text = await response.text()
+                finally:
+                    response.release()
+        except UNREACHABLE as error:
+            raise RunnerError(f"runner unreachable: {error!r}") from error
+        reading = read(response.status, response.headers, text)
+        if reading.verdict is Verdict.ACCEPTED:
+            return Accepted(None, times)
+        raise error_for(reading, text)
+
+    async def run(
+        self, prediction_id: str, input: Any, *, tenant: str, priority: str, stream: bool
+    ) -> RunAnswer:
+        """Cog's synchronous ``POST /predictions``: the runner answers when the prediction is
+        over, with the prediction; with ``stream``, ``Accept: application/x-ndjson`` asks a
+        Conduit runner for its snapshots instead (a stock Cog server ignores the header and
+        answers the finished prediction, which is then the only snapshot). ``input`` may be an
+        ``orjson.Fragment``. Never raises for what the runner answers (or fails to): the
+        answer's verdict says it. A returned ``feed`` must be closed by the caller."""
+        headers = {
+            wire.CONTENT_TYPE: wire.JSON,
+            wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}" if stream else wire.JSON,
+            wire.TENANT_ID: tenant,
+            wire.PRIORITY: priority,
+            **self.auth,
+        }
+        body = orjson.dumps({"id": prediction_id, "input": input})
+        try:
+            response = await self.session.post(
+                self.base_url + wire.PREDICTIONS_PATH,
+                data=body,
+                headers=headers,
+                timeout=_RUN_TIMEOUT,
+                allow_redirects=False,
+            )
+        except UNREACHABLE as error:
+            return RunAnswer(unreachable(f"runner unreachable: {error!r}"))
+        timing = RunnerTiming.from_headers(response.headers)
+        if response.status == 200 and response.content_type == wire.NDJSON:
+            return RunAnswer(
+                read(200, response.headers, ""), feed=SnapshotFeed(response), timing=timing
+            )
+        try:
+            text = await response.text()
+        except UNREACHABLE as error:
+            return RunAnswer(unreachable(f"runner answer broken off: {error!r}"))
+        finally:
+            response.release()
+        reading = read(response.status, response.headers, text)
+        if reading.verdict is not Verdict.ACCEPTED:
+            return RunAnswer(reading, timing=timing, text=text)
+        return _finished(reading, text, timing)
+
+    async def cancel(self, prediction_id: str) -> bool:
+        """True when the runner knew the prediction (200); False for 404."""
+        url = self.base_url + wire.CANCEL_PATH.format(id=prediction_id)
+        try:
+            async with self.session.post(url, headers=self.auth, allow_redirects=False) as response:
+                text = await response.text()
+        except UNREACHABLE as error:
+            raise RunnerError(f"runner unreachable: {error!r}") from error
+        reading = read(response.status, response.headers, text)
+        if reading.verdict is Verdict.UNAUTHORIZED:
+            raise error_for(reading, text)
+        return response.status == 200
+
+    async def health_check(self) -> HealthCheck | None:
+        """The runner's ``/health-check`` document; None when it cannot be had."""
+        try:
+            async with self.session.get(
+                f"{self.base_url}{wire.HEALTH_CHECK_PATH}",
+                headers=self.auth,
+                timeout=aiohttp.ClientTimeout(total=5),
+                allow_redirects=False,
+            ) as response:
+                if response.status != 200:
+                    return None
+                return HealthCheck.model_validate(await response.json())
+        except (*UNREACHABLE, ValueError):
+            return None
+
+    async def capabilities(self) -> Capabilities | None:
+        """``GET /v1/capabilities``. ``STOCK_COG`` when the runner has no such route (404) or
+        answers something unreadable; None when it cannot say yet (starting, unreachable)."""
+        try:
+            async with self.session.get(
+                f"{self.base_url}{wire.CAPABILITIES_PATH}",
+                headers=self.auth,
+                timeout=aiohttp.ClientTimeout(total=5),
+                allow_redirects=False,
+            ) as response:
+                if response.status == 200:
+                    try:
+                        return Capabilities.from_json(await response.json(content_type=None))
+                    except ValueError:
+                        return STOCK_COG
+                await response.read()
+                if response.status in (404, 405):
+                    return STOCK_COG
+                if response.status in (401, 403):
+                    log.warning("runner refused to say what it is (%d): %s", response.status, _HINT)
+                return None
+        except UNREACHABLE as error:
+            log.debug("capabilities not read: %r", error)
+            return None
+
+
+def _finished(reading: Reading, text: str, timing: RunnerTiming) -> RunAnswer:
+    """A synchronous call's accepted answer: the finished prediction, or ``broken`` when the
+    body is not one."""
+    try:
+        prediction = PredictionResponse.model_validate_json(text)
+    except pydantic.ValidationError as error:
+        detail = f"unreadable answer from the runner: {error}"
+        return RunAnswer(_broken(reading, detail), timing=timing, text=text)
+    if not prediction.status.is_terminal:
+        detail = f"the runner answered {prediction.status.value}"
+        return RunAnswer(_broken(reading, detail), timing=timing, text=text)
+    return RunAnswer(reading, prediction=prediction, timing=timing)
+
+
+def _broken(reading: Reading, detail: str) -> Reading:
+    return Reading(Verdict.BROKEN, reading.status, detail=detail)
