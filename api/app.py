@@ -2,7 +2,8 @@
 
 ``create_app(settings)`` builds the app; the lifespan opens one engine, one Redis pool, the
 event hub (one reader of event streams for all waiters), the catalog cache, the bearer-token
-authenticator and the stream URL signer on ``app.state`` and closes them at exit. The API never
+authenticator and the stream URL signer on ``app.state`` and closes them at exit, through one
+exit stack: a step that fails at startup closes what the steps before it opened. The API never
 runs predictions: it stores them, queues them and reports on them.
 """
 
@@ -13,7 +14,7 @@ import functools
 import signal
 import threading
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from types import FrameType
 
 from fastapi import FastAPI
@@ -44,7 +45,6 @@ from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
 from tracker.group_commit import Batcher
 from tracker.redis_connect import require_noeviction
-from tracker.render import sign_stream_urls
 from tracker.store import insert_predictions
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
@@ -87,85 +87,89 @@ def release_on_exit_signals(hub: EventHub) -> Iterator[None]:
                 signal.signal(sig, handler)
 
 
+async def _open(
+    stack: AsyncExitStack, app: FastAPI, settings: ApiSettings, lane_env: LaneSettings
+) -> Resources:
+    """Open the api's resources, each closed by ``stack`` (in the reverse order): a step that
+    fails closes what the steps before it opened."""
+    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+    stack.push_async_callback(engine.dispose)
+    replica = None
+    if settings.database_read_url:
+        replica = make_engine(settings.database_read_url, pool_size=settings.db_pool_size)
+        stack.push_async_callback(replica.dispose)
+    redis = connect_redis(
+        settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
+    )
+    stack.push_async_callback(redis.aclose)
+    await require_noeviction(redis)
+    signer = StreamUrlSettings().signer(redis)
+    # Not fatal: with Redis away the api still starts, and retries on later requests.
+    await signer.reload()
+    policy = WebhookSettings().policy(settings.public_url or "")
+    webhook_session = open_session(policy)
+    stack.push_async_callback(webhook_session.close)
+    dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
+    stack.push_async_callback(dispatcher.stop)
+    queue = Queue(redis)
+    stack.push_async_callback(queue.close)
+    new_predictions = Batcher(functools.partial(insert_predictions, engine))
+    stack.push_async_callback(new_predictions.close)
+    lane = Lane(redis, engine, lane_env, on_wait=app.state.metrics.lane_wait.observe)
+    stack.push_async_callback(lane.stop)
+    hub = EventHub.for_url(
+        settings.redis_url,
+        redis,
+        settings.max_waiters,
+        settings.events_block_ms,
+        HUB_CLIENT_NAME,
+        WaiterShares.of(
+            settings.max_waiters,
+            settings.max_waiters_per_account,
+            settings.max_waiters_per_prediction,
+        ),
+    )
+    stack.push_async_callback(hub.close)
+    resources = Resources(
+        settings=settings,
+        engine=engine,
+        redis=redis,
+        queue=queue,
+        catalog=Catalog(engine, settings.cache_ttl),
+        auth=Authenticator(functools.partial(catalog.account_for_token, engine), settings),
+        stream_signer=signer,
+        events=EventLog(redis, settings.events_retention),
+        hub=hub,
+        webhooks=policy,
+        dispatcher=dispatcher,
+        new_predictions=new_predictions,
+        replica=replica,
+        lane=lane,
+        create_limit=CreateRateLimit.configured(
+            redis, settings.create_rate_limit, settings.create_rate_burst
+        ),
+    )
+    await lane.start()
+    dispatcher.start()
+    hub.start()
+    if settings.metrics_port is not None:
+        metrics_server = MetricsServer(
+            app.state.metrics, settings.metrics_host, settings.metrics_port
+        )
+        stack.push_async_callback(metrics_server.stop)
+        await metrics_server.start()
+    return resources
+
+
 def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None) -> FastAPI:
     lane_env = lane_settings or LaneSettings()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
-        replica = (
-            make_engine(settings.database_read_url, pool_size=settings.db_pool_size)
-            if settings.database_read_url
-            else None
-        )
-        redis = connect_redis(
-            settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
-        )
-        await require_noeviction(redis)
-        hub = EventHub.for_url(
-            settings.redis_url,
-            redis,
-            settings.max_waiters,
-            settings.events_block_ms,
-            HUB_CLIENT_NAME,
-            WaiterShares.of(
-                settings.max_waiters,
-                settings.max_waiters_per_account,
-                settings.max_waiters_per_prediction,
-            ),
-        )
-        signer = StreamUrlSettings().signer(redis)
-        # Not fatal: with Redis away the api still starts, and retries on later requests.
-        await signer.reload()
-        sign_stream_urls(signer)
-        policy = WebhookSettings().policy(settings.public_url or "")
-        webhook_session = open_session(policy)
-        dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
-        app.state.resources = Resources(
-            settings=settings,
-            engine=engine,
-            redis=redis,
-            queue=Queue(redis),
-            catalog=Catalog(engine, settings.cache_ttl),
-            auth=Authenticator(functools.partial(catalog.account_for_token, engine), settings),
-            stream_signer=signer,
-            events=EventLog(redis, settings.events_retention),
-            hub=hub,
-            webhooks=policy,
-            dispatcher=dispatcher,
-            new_predictions=Batcher(functools.partial(insert_predictions, engine)),
-            replica=replica,
-            lane=Lane(redis, engine, lane_env, on_wait=app.state.metrics.lane_wait.observe),
-            create_limit=CreateRateLimit.configured(
-                redis, settings.create_rate_limit, settings.create_rate_burst
-            ),
-        )
-        await app.state.resources.lane.start()
-        dispatcher.start()
-        hub.start()
-        metrics_server = None
-        if settings.metrics_port is not None:
-            metrics_server = MetricsServer(
-                app.state.metrics, settings.metrics_host, settings.metrics_port
-            )
-            await metrics_server.start()
-        try:
-            with release_on_exit_signals(hub):
-                yield
-        finally:
-            if metrics_server is not None:
-                await metrics_server.stop()
-            await hub.close()
-            await app.state.resources.lane.stop()
-            await app.state.resources.new_predictions.close()
-            await app.state.resources.queue.close()
-            await dispatcher.stop()
-            await webhook_session.close()
-            sign_stream_urls(None)
-            await redis.aclose()
-            await engine.dispose()
-            if replica is not None:
-                await replica.dispose()
+        async with AsyncExitStack() as stack:
+            app.state.resources = await _open(stack, app, settings, lane_env)
+            stack.enter_context(release_on_exit_signals(app.state.resources.hub))
+            yield
 
     app = FastAPI(title="Conduit", version="0.1.0", lifespan=lifespan)
     errors.install(app)

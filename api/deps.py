@@ -22,6 +22,7 @@ from tracker.catalog import AccountInfo
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
 from tracker.group_commit import Batcher
+from tracker.render import PredictionLinks
 from tracker.store import NewPrediction
 from tracker.webhooks import WebhookPolicy
 
@@ -37,7 +38,7 @@ class Resources:
     catalog: Catalog
     #: Bearer tokens: their cache, and the budget of failed attempts per client address.
     auth: Authenticator
-    #: Signs and checks ``urls.stream`` (the same signer ``tracker.render`` signs with).
+    #: Signs and checks ``urls.stream`` (the signer of :meth:`links`).
     stream_signer: StreamSigner
     events: EventLog
     #: The process's one reader of event streams, for every ``Prefer: wait`` and SSE client.
@@ -62,6 +63,10 @@ class Resources:
         if self.settings.public_url:
             return self.settings.public_url.rstrip("/")
         return str(request.base_url).rstrip("/")
+
+    def links(self, request: Request) -> PredictionLinks:
+        """Where the predictions this request renders point, ``urls.stream`` signed."""
+        return PredictionLinks(self.base_url(request), self.stream_signer)
 
 
 async def get_resources(request: Request) -> Resources:

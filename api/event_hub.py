@@ -35,25 +35,16 @@ waiters at once rather than holding them.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import logging
 from collections.abc import AsyncIterator, Hashable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisError
 
+from api.event_readers import NodeReader, StreamReader
 from api.waiter_shares import WaiterShares
-from core.backoff import backoff_delay
 from tracker import redis_connect
 from tracker.events import Event, EventLog, EventType
 from tracker.keys import events_key, slot_tag
-
-log = logging.getLogger(__name__)
-
-#: Most events read per stream in one ``XREAD``; a longer backlog comes in the next reads.
-READ_COUNT = 500
 
 
 def _position(event_id: str) -> tuple[int, int]:
@@ -118,7 +109,7 @@ class EventHub:
         self.block_ms = block_ms
         #: Hash tag -> stream key -> its subscriptions ("" holds every key on a single Redis).
         self._subs: dict[str, dict[str, set[Subscription]]] = {}
-        self._readers: dict[str, _Reader] = {"": _Reader(self, "", reader, waker)}
+        self._readers: dict[str, StreamReader] = {"": StreamReader(self, "", reader, waker)}
         self._count = 0
         self._started = False
         self.released = False
@@ -155,7 +146,7 @@ class EventHub:
     def _tag(self, key: str) -> str:
         return ""
 
-    def _reader(self, tag: str) -> _Reader:
+    def _reader(self, tag: str) -> StreamReader:
         return self._readers[tag]
 
     def subscribe(
@@ -207,7 +198,7 @@ class EventHub:
         for reader in list(self._readers.values()):
             await reader.close()
 
-    def _streams(self, tag: str) -> dict[str, str]:
+    def streams(self, tag: str) -> dict[str, str]:
         """The streams of ``tag``'s reader, each from the earliest position among its
         subscribers (each skips what it has seen)."""
         return {
@@ -215,7 +206,8 @@ class EventHub:
             for key, subs in self._subs.get(tag, {}).items()
         }
 
-    def _dispatch(self, tag: str, reply: Any) -> None:
+    def dispatch(self, tag: str, reply: Any) -> None:
+        """Hand a reader's reply to the subscriptions of ``tag``."""
         streams = self._subs.get(tag, {})
         for raw_key, entries in reply or []:
             key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
@@ -226,116 +218,6 @@ class EventHub:
             for sub in list(subs):
                 for event in events:
                     sub._deliver(event)
-
-
-class _Reader:
-    """One blocking ``XREAD`` at a time of the hub's streams of one tag, on a connection of
-    its own, woken by ``CLIENT UNBLOCK`` when a subscription is added."""
-
-    def __init__(self, hub: EventHub, tag: str, client: Redis | None, waker: Redis) -> None:
-        self.hub = hub
-        self.tag = tag
-        self._client = client
-        self._waker = waker
-        self._client_id: int | None = None
-        self._reading = False
-        self._changed = asyncio.Event()
-        self._waking: asyncio.Task[None] | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"event-hub{self.tag}")
-
-    def changed(self) -> None:
-        self._changed.set()
-        # One wake-up in flight at a time: a burst of new waiters costs one CLIENT UNBLOCK.
-        if self._reading and self._client_id is not None and self._waking is None:
-            self._waking = asyncio.create_task(self._unblock(self._client_id))
-
-    async def _unblock(self, client_id: int) -> None:
-        try:
-            # The read may be sent but not yet blocked in Redis (UNBLOCK answers 0): try a few
-            # more times while that same read is in flight; past that its block ends it.
-            for _ in range(5):
-                if await self._send_unblock(client_id) or not self._stale():
-                    return
-                await asyncio.sleep(0.002)
-            # Never blocked under that id: the connection may have been remade by a retry.
-            # Look the id up again before the next read.
-            self._client_id = None
-        except RedisError as error:
-            log.debug("waking the event hub failed: %r", error)
-        finally:
-            self._waking = None
-
-    async def _send_unblock(self, client_id: int) -> bool:
-        return bool(await self._waker.client_unblock(client_id))
-
-    def _stale(self) -> bool:
-        """Whether the read in flight misses a subscription made since it was sent."""
-        return self._reading and self._changed.is_set()
-
-    async def _connect(self) -> Redis:
-        assert self._client is not None
-        return self._client
-
-    async def _lost(self) -> None:
-        """After a failed read, hand the connection back to its pool: the next read takes it
-        through the pool's connect, which asks the sentinels where the master is now. (A
-        single-connection client left to reconnect by itself goes back to the address it had,
-        the dead master.)"""
-        client = self._client
-        if client is not None and client.connection is not None:
-            connection, client.connection = client.connection, None
-            await connection.disconnect()
-            await client.connection_pool.release(connection)
-
-    async def _run(self) -> None:
-        failures = 0  # in a row: the wait after each is 0.05 s doubling to 1 s
-        while not self.hub.released:
-            streams = self.hub._streams(self.tag)
-            if not streams:
-                self._changed.clear()
-                await self._changed.wait()
-                continue
-            try:
-                client = await self._connect()
-                if self._client_id is None:
-                    self._client_id = int(await client.client_id())
-                reply = await self._read(client, streams)
-            except Exception as error:  # the one reader must outlive any fault
-                # Waiters keep waiting (their own deadlines answer them) and resume from
-                # their positions once Redis is back.
-                log.warning("event hub read failed: %r", error)
-                self._client_id = None
-                with contextlib.suppress(Exception):
-                    await self._lost()
-                await asyncio.sleep(backoff_delay(failures, initial=0.05, cap=1.0))
-                failures += 1
-                continue
-            failures = 0
-            try:
-                self.hub._dispatch(self.tag, reply)
-            except Exception:
-                log.exception("event hub: an event could not be delivered")
-
-    async def _read(self, client: Redis, streams: dict[Any, Any]) -> Any:
-        self._changed.clear()
-        self._reading = True
-        try:
-            return await client.xread(streams, count=READ_COUNT, block=self.hub.block_ms)
-        finally:
-            self._reading = False
-
-    async def close(self) -> None:
-        for task in (self._task, self._waking):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        if self._client is not None:
-            await self._client.aclose()
 
 
 class ClusterEventHub(EventHub):
@@ -363,48 +245,13 @@ class ClusterEventHub(EventHub):
     def _tag(self, key: str) -> str:
         return slot_tag(key)
 
-    def _reader(self, tag: str) -> _Reader:
+    def _reader(self, tag: str) -> StreamReader:
         reader = self._readers.get(tag)
         if reader is None:
-            reader = self._readers[tag] = _NodeReader(self, tag)
-        return reader
-
-
-class _NodeReader(_Reader):
-    """A reader on the node serving its tag's slot; after a failure it asks the cluster client
-    (which follows MOVED replies and failovers) where that slot lives now."""
-
-    hub: ClusterEventHub
-
-    def __init__(self, hub: ClusterEventHub, tag: str) -> None:
-        super().__init__(hub, tag, None, hub.waker)
-        self._node: ClusterNode | None = None
-
-    async def _connect(self) -> Redis:
-        if self._client is None:
-            cluster = self.hub._cluster
-            probe = f"{{{self.tag}}}"
-            # Any command on the slot settles the cluster client's view of who serves it.
-            await cluster.exists(probe)
-            node = cluster.get_node_from_key(probe)
-            if node is None:
-                raise RedisError(f"no cluster node serves the slot of {probe}")
-            self._node = node
-            self._client = redis_connect.node_client(
-                self.hub._url, node.host, int(node.port), self.hub._client_name
+            reader = self._readers[tag] = NodeReader(
+                self, tag, self.waker, self._cluster, self._url, self._client_name
             )
-        return self._client
-
-    async def _send_unblock(self, client_id: int) -> bool:
-        cluster: RedisCluster = self.hub._cluster
-        if self._node is None:
-            return False
-        return bool(await cluster.client_unblock(client_id, target_nodes=self._node))
-
-    async def _lost(self) -> None:
-        client, self._client, self._node = self._client, None, None
-        if client is not None:
-            await client.aclose()
+        return reader
 
 
 __all__ = ["ClusterEventHub", "EventHub", "EventType", "Subscription"]

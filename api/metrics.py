@@ -20,14 +20,14 @@ from collections.abc import Callable, Iterator
 from aiohttp import web
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import Resources
 from api.errors import NotFound
+from core.metrics import ProcessMetrics
 from lane.metrics import LaneCollector, LaneWait
 
 #: Latency buckets (s): the API's own answers take milliseconds; ``Prefer: wait`` up to 60 s.
@@ -35,9 +35,9 @@ BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 
 UNMATCHED = "unmatched"
 
 
-class ApiMetrics:
+class ApiMetrics(ProcessMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        super().__init__()
         self.requests = Counter(
             "conduit_api_requests",
             "HTTP requests answered, by method, route template and status.",
@@ -60,8 +60,8 @@ class ApiMetrics:
 
     def watch(self, resources: Callable[[], Resources | None]) -> None:
         """Report the waiters, pools and lane of the resources the app opened (none before)."""
-        self.registry.register(ResourceCollector(resources))
-        self.registry.register(LaneCollector(lambda: getattr(resources(), "lane", None)))
+        self.register(ResourceCollector(resources))
+        self.register(LaneCollector(lambda: getattr(resources(), "lane", None)))
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         key = (method, route, status)
@@ -73,9 +73,6 @@ class ApiMetrics:
             )
         children[0].inc()
         children[1].observe(seconds)
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

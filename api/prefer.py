@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -19,6 +20,7 @@ from starlette.requests import Request
 
 from api.errors import InvalidRequest
 from api.event_hub import EventHub, Subscription
+from lane.departure import Departure
 from tracker.events import EventType
 
 MAX_WAIT = 60
@@ -75,7 +77,9 @@ async def wait_for_done(subscription: Subscription, seconds: float) -> Waited:
     return Waited(WaitEnd.RELEASED)
 
 
-async def _disconnected(request: Request) -> None:
+async def disconnected(request: Request) -> None:
+    """Return when the client of ``request`` has gone (read its receive channel up to
+    ``http.disconnect``); what a :class:`lane.departure.Departure` watches for the api."""
     while (await request.receive())["type"] != "http.disconnect":
         pass
 
@@ -92,16 +96,14 @@ async def wait_or_disconnect(
     if subscription is None:
         return Waited(WaitEnd.RELEASED if hub.released else WaitEnd.DECLINED)
     waiter = asyncio.ensure_future(wait_for_done(subscription, seconds))
-    watcher = asyncio.ensure_future(_disconnected(request))
+    departure = Departure(functools.partial(disconnected, request))
     try:
-        await asyncio.wait({waiter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        answered = await departure.first(waiter)
     finally:
         subscription.close()
-        for task in (waiter, watcher):
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-    if waiter.done() and not waiter.cancelled():
-        return waiter.result()
-    return Waited(WaitEnd.CLIENT_LEFT)
+        await departure.close()
+        if not waiter.done():
+            waiter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await waiter
+    return waiter.result() if answered else Waited(WaitEnd.CLIENT_LEFT)

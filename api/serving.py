@@ -28,7 +28,7 @@ from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
 from tracker.keys import Target
 from tracker.priority import Priority
-from tracker.render import render_prediction
+from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
 from tracker.store import NewPrediction, PageKey
 
@@ -196,10 +196,10 @@ async def create(
 
 
 async def cancel(
-    resources: Resources, account: AccountInfo, prediction_id: str, base_url: str
+    resources: Resources, account: AccountInfo, prediction_id: str, links: PredictionLinks
 ) -> RowMapping:
     row, canceled_now = await store.request_cancel(
-        resources.engine, account.id, prediction_id, base_url
+        resources.engine, account.id, prediction_id, links
     )
     if row is None:
         raise NotFound(f"Prediction {prediction_id} not found")
@@ -230,7 +230,7 @@ async def get(
 async def list_page(
     resources: Resources,
     account: AccountInfo,
-    base_url: str,
+    links: PredictionLinks,
     cursor: str | None,
     filters: PredictionFilters,
 ) -> dict[str, Any]:
@@ -251,13 +251,13 @@ async def list_page(
         after,
         before,
         limit,
-        f"{base_url}/v1/predictions?{filters.query()}cursor=",
+        f"{links.base_url}/v1/predictions?{filters.query()}cursor=",
         lambda row: PageKey(row["created_at"], row["id"]),
     )
     return {
         "next": next_url,
         "previous": previous_url,
-        "results": [render_prediction(row, base_url) for row in page],
+        "results": [render_prediction(row, links) for row in page],
     }
 
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import httpx
 
-from conduit.services import ServicesUnavailable, local_services
+from conduit.binaries import ServicesUnavailable
+from conduit.services import local_services
 from core.ports import free_port
 
 MODEL = "conduit/echo"

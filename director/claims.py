@@ -26,7 +26,7 @@ from protocol.errors import RunnerError
 from protocol.feed import SnapshotFeed
 from tracker.events import EventLog
 from tracker.ledger import Ledger
-from tracker.render import render_prediction
+from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
 
 log = logging.getLogger(__name__)
@@ -53,13 +53,13 @@ class Claims:
         queue: Queue,
         consumer: str,
         events: EventLog,
-        public_url: str,
+        links: PredictionLinks,
     ) -> None:
         self.ledger = ledger
         self.queue = queue
         self.consumer = consumer
         self.events = events
-        self.public_url = public_url
+        self.links = links
 
     async def claim(self, entry: Entry) -> Claimed | Verdict:
         prediction_id = entry.prediction_id
@@ -91,7 +91,7 @@ class Claims:
             return
         if await self.events.is_done(row["id"]):
             return
-        final = orjson.dumps(render_prediction(row, self.public_url)).decode()
+        final = orjson.dumps(render_prediction(row, self.links)).decode()
         await self.events.finish(row["id"], row["status"], row["error"], final=final)
 
     async def rerun(self, row: RowMapping, max_runs: int) -> RowMapping | None:

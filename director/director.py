@@ -1,7 +1,7 @@
 """The director: read a queue entry, claim its prediction, drive the runner, record, ack.
 
 One director runs beside one runner, or serves several deployments on the slots of one model
-pool host (``director.lanes``: a lane per deployment, one concurrency budget). It owns the
+pool host (``director.drivers``: a driver per deployment, one concurrency budget). It owns the
 read → claim → run → ack loop and nothing of the public API. An entry is acknowledged only
 after its prediction's terminal state is committed; any infrastructure failure (runner, Redis,
 Postgres unreachable) leaves the entry pending, to be offered again by this director (each
@@ -12,7 +12,7 @@ director is running changes nothing: it is acknowledged and dropped.
 
 Its parts, built by the process (``director.process.build_director``): ``Attempts`` (one
 record per entry held), ``Intake`` (where entries come from), ``AttemptHandler`` (claim → run →
-record one entry; one per lane), ``Heartbeats`` and ``Takeover`` (leases), ``Reconciler``
+record one entry; one per driver), ``Heartbeats`` and ``Takeover`` (leases), ``Reconciler``
 (predictions missing from every stream), ``CancelListener`` and ``Suspicion`` (cancels).
 """
 
@@ -35,8 +35,8 @@ from core.transient import TRANSIENT
 from director.attempts import Attempt, Attempts
 from director.cancels import CancelListener, Suspicion
 from director.deployment import ServedDeployment
+from director.drivers import DeploymentDrivers
 from director.intake import Intake
-from director.lanes import Lanes
 from director.leases import Heartbeats, Takeover
 from director.queue import Queue
 from director.read_order import REFRESH_INTERVAL, ReadOrder
@@ -61,7 +61,7 @@ class Director:
         consumer: str,
         attempts: Attempts,
         queue: Queue,
-        lanes: Lanes,
+        drivers: DeploymentDrivers,
         intake: Intake,
         heartbeats: Heartbeats,
         takeover: Takeover,
@@ -70,14 +70,14 @@ class Director:
         suspicion: Suspicion,
     ) -> None:
         """``read_order``: with several deployments, the order their streams are read in.
-        ``suspicion``: the runner that ignored a cancel, shared with the lanes' handlers."""
+        ``suspicion``: the runner that ignored a cancel, shared with the drivers' handlers."""
         self.settings = settings
         self.redis = redis
         self.engine = engine
         self.consumer = consumer
         self.attempts = attempts
         self.queue = queue
-        self.lanes = lanes
+        self.drivers = drivers
         self.intake = intake
         self.heartbeats = heartbeats
         self.takeover = takeover
@@ -95,25 +95,25 @@ class Director:
     @property
     def deployment(self) -> ServedDeployment:
         """The first deployment served (the only one, unless several share a pool host)."""
-        return self.lanes[0].deployment
+        return self.drivers[0].deployment
 
     @property
     def monitor(self) -> RunnerMonitor:
         """The first deployment's runner monitor."""
-        return self.lanes[0].monitor
+        return self.drivers[0].monitor
 
     async def run(self) -> None:
         """Serve until ``stopping`` is set, then let in-flight predictions finish."""
         await self.queue.ensure_groups(self.intake.streams)
         if self.read_order is not None:
             await self.read_order.refresh()
-        for lane in self.lanes:  # learn each runner's hardware before the first prediction
-            await lane.monitor.check()
+        for driver in self.drivers:  # learn each runner's hardware before the first prediction
+            await driver.monitor.check()
         settings = self.settings
         helpers = [
             asyncio.create_task(self.cancels.run()),
             *self._read_order_refresh(),
-            *(asyncio.create_task(lane.monitor.run_forever()) for lane in self.lanes),
+            *(asyncio.create_task(driver.monitor.run_forever()) for driver in self.drivers),
             asyncio.create_task(every(settings.heartbeat_every, self.heartbeats.renew)),
             asyncio.create_task(every(settings.claim_interval, self.takeover.claim)),
             asyncio.create_task(every(settings.reconcile_interval, self._reconcile)),
@@ -173,7 +173,9 @@ class Director:
             self._backend_trouble = False
             self.intake.sweep_due = True
         # A runner that is away leaves this director's failed entries to others.
-        await self.intake.fill(free, offer_own=not all(lane.monitor.gone for lane in self.lanes))
+        await self.intake.fill(
+            free, offer_own=not all(driver.monitor.gone for driver in self.drivers)
+        )
 
     def _spawn(self, attempt: Attempt) -> None:
         # The task's log lines name the prediction (core.logs); the handler adds
@@ -186,7 +188,7 @@ class Director:
         entry = attempt.entry
         acked = False
         try:
-            if await self.lanes.of(entry.stream).handler.process(attempt):
+            if await self.drivers.of(entry.stream).handler.process(attempt):
                 await self.queue.ack(entry.stream, entry.id)
                 acked = True
         except INFRASTRUCTURE_ERRORS as error:

@@ -6,12 +6,15 @@ and handed to the parts that count: no module holds a registry of its own.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client import Counter, Gauge
+
+from core.metrics import ProcessMetrics
 
 
-class DirectorMetrics:
+class DirectorMetrics(ProcessMetrics):
     def __init__(self) -> None:
-        registry = self.registry = CollectorRegistry()
+        super().__init__()
+        registry = self.registry
         self.queue_length = Gauge(
             "conduit_queue_length", "Entries in a queue stream.", ["stream"], registry=registry
         )
@@ -67,7 +70,3 @@ class DirectorMetrics:
             ["deployment"],
             registry=registry,
         )
-
-    def exposition(self) -> bytes:
-        """The registry in Prometheus' text format."""
-        return generate_latest(self.registry)

@@ -13,6 +13,7 @@ from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog
 from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender, SendSlots
+from tracker.render import PredictionLinks
 from tracker.tables import Account
 from tracker.tracker import Publishing
 from tracker.webhooks import WebhookPolicy
@@ -28,12 +29,15 @@ class Outbound:
         policy: WebhookPolicy,
         session: aiohttp.ClientSession,
         dispatcher: Dispatcher,
+        links: PredictionLinks,
     ) -> None:
         self.engine = engine
         self.events = events
         self.policy = policy
         self.session = session
         self.dispatcher = dispatcher
+        #: Where rendered predictions point (webhook bodies, the final event).
+        self.links = links
         self.slots = SendSlots(session, policy)
         self._secrets: dict[int, str] = {}
 
@@ -50,7 +54,7 @@ class Outbound:
                 fence,
                 account_id=row["account_id"],
             )
-        return Publishing(self.events, self.policy.public_url, fence, self.dispatcher, webhooks)
+        return Publishing(self.events, self.links, fence, self.dispatcher, webhooks)
 
     async def _secret(self, account_id: int) -> str:
         # Secrets never change for an account; one read per account per process.

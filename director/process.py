@@ -1,7 +1,7 @@
 """The director process: open its connections, build and wire its parts, handle signals.
 
 The composition root: every part a director runs with (its metrics, its ledger of prediction
-rows, its queue, lanes, leases, intake and reconciler) is built here, once per process.
+rows, its queue, drivers, leases, intake and reconciler) is built here, once per process.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from director.cancels import Suspicion
 from director.claims import Claims
 from director.deployment import ServedDeployment, load_deployment
 from director.director import Director
+from director.drivers import DeploymentDriver, DeploymentDrivers
 from director.fleet_member import FleetMember, Served
 from director.handling import AttemptHandler
 from director.intake import Intake
-from director.lanes import Lane, Lanes
 from director.leases import Heartbeats, Takeover
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
@@ -50,7 +50,7 @@ from tracker.events import EventLog
 from tracker.fleet import FleetRegistry
 from tracker.ledger import Ledger
 from tracker.redis_connect import require_noeviction
-from tracker.render import sign_stream_urls
+from tracker.render import PredictionLinks
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
 
@@ -96,9 +96,9 @@ def build_director(
         interval=settings.heartbeat_every,
         visibility_timeout=settings.visibility_timeout,
     )
-    claims = Claims(ledger, queue, consumer, outbound.events, outbound.policy.public_url)
+    claims = Claims(ledger, queue, consumer, outbound.events, outbound.links)
     suspicion = Suspicion()
-    lanes = Lanes(
+    drivers = DeploymentDrivers(
         [
             _lane(
                 settings,
@@ -116,7 +116,7 @@ def build_director(
             for d, runner, model in served
         ]
     )
-    deployments = [lane.deployment for lane in lanes]
+    deployments = [driver.deployment for driver in drivers]
     draining = [
         stream
         for d in deployments
@@ -132,7 +132,7 @@ def build_director(
         retry_interval=settings.retry_interval,
         block_ms=settings.block_ms,
     )
-    read_order = _read_order(settings, queue, intake, lanes, metrics)
+    read_order = _read_order(settings, queue, intake, drivers, metrics)
     if read_order is not None:
         intake.order = read_order.order
     takeover = Takeover(
@@ -140,7 +140,7 @@ def build_director(
         intake,
         attempts.free,
         int(settings.visibility_timeout * 1000),
-        legacy=functools.partial(_legacy_backlog, lanes, queue, settings.drain_shards),
+        legacy=functools.partial(_legacy_backlog, drivers, queue, settings.drain_shards),
         metrics=metrics,
     )
     targets = [target for d in deployments for target in d.targets]
@@ -154,7 +154,7 @@ def build_director(
         consumer=consumer,
         attempts=attempts,
         queue=queue,
-        lanes=lanes,
+        drivers=drivers,
         intake=intake,
         heartbeats=heartbeats,
         takeover=takeover,
@@ -176,7 +176,7 @@ def _lane(
     webhook_url: Callable[[Attempt], str],
     suspicion: Suspicion,
     metrics: DirectorMetrics,
-) -> Lane:
+) -> DeploymentDriver:
     monitor = RunnerMonitor(runner, settings.runner_check_interval, settings.runner_check_failures)
     handler = AttemptHandler(
         settings=settings,
@@ -191,56 +191,58 @@ def _lane(
         on_cancel_ignored=functools.partial(suspicion.ignored_cancel, monitor),
         metrics=metrics,
     )
-    return Lane(deployment, runner, monitor, handler, model)
+    return DeploymentDriver(deployment, runner, monitor, handler, model)
 
 
 def _read_order(
     settings: DirectorSettings,
     queue: Queue,
     intake: Intake,
-    lanes: Lanes,
+    drivers: DeploymentDrivers,
     metrics: DirectorMetrics,
 ) -> ReadOrder | None:
     """With several deployments: the order their streams are read in."""
-    if len(lanes) <= 1:
+    if len(drivers) <= 1:
         return None
-    first = lanes[0].runner
+    first = drivers[0].runner
     slots = None
     if settings.pool_url is not None:
         slots = PoolSlots(settings.pool_url, first.session, first.auth)
     return ReadOrder(
         queue,
         intake.groups,
-        [lane.deployment.name for lane in lanes],
-        [lane.model for lane in lanes],
+        [driver.deployment.name for driver in drivers],
+        [driver.model for driver in drivers],
         slots,
         settings.aging_bound,
         metrics,
     )
 
 
-async def _legacy_backlog(lanes: Lanes, queue: Queue, shards: int | None) -> list[str]:
+async def _legacy_backlog(
+    drivers: DeploymentDrivers, queue: Queue, shards: int | None
+) -> list[str]:
     """The served deployments' untagged streams that hold entries now."""
     found: list[str] = []
-    for lane in lanes:
-        found += await lane.deployment.legacy_backlog(queue, shards)
+    for driver in drivers:
+        found += await driver.deployment.legacy_backlog(queue, shards)
     return found
 
 
 def _fleet_member(
-    settings: DirectorSettings, director: Director, lane: Lane, route: Route
+    settings: DirectorSettings, director: Director, driver: DeploymentDriver, route: Route
 ) -> FleetMember:
     """Keeps one runner's fleet entry written while the director runs."""
     served = Served(
         url=settings.fleet_url(route),
-        deployment=lane.deployment.name,
-        version_id=lane.deployment.version_id,
+        deployment=driver.deployment.name,
+        version_id=driver.deployment.version_id,
         director=director.consumer,
         concurrency=settings.concurrency,
     )
     return FleetMember(
         FleetRegistry(director.redis, settings.fleet_ttl_seconds),
-        lane.monitor,
+        driver.monitor,
         served,
         director.stopping,
         settings.fleet_heartbeat_interval,
@@ -285,16 +287,18 @@ async def serve(settings: DirectorSettings) -> None:
     policy = WebhookSettings().policy(settings.public_url)
     webhook_session = open_session(policy)
     dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
+    # Webhook bodies and final events carry urls.stream signed with the key the api checks.
+    signer = StreamUrlSettings().signer(redis)
     outbound = Outbound(
         engine,
         EventLog(redis, settings.events_retention, settings.events_max_len),
         policy,
         webhook_session,
         dispatcher,
+        PredictionLinks(policy.public_url, signer),
     )
     try:
-        # Webhook bodies carry urls.stream signed with the key the api checks.
-        sign_stream_urls(await StreamUrlSettings().loaded_signer(redis))
+        await signer.load()
         dispatcher.start()
         served: list[Serving] = []
         for route in routes:
@@ -334,8 +338,8 @@ async def serve(settings: DirectorSettings) -> None:
             receiver.public_url,
         )
         members = [
-            _fleet_member(settings, director, lane, route)
-            for lane, route in zip(director.lanes, routes, strict=True)
+            _fleet_member(settings, director, driver, route)
+            for driver, route in zip(director.drivers, routes, strict=True)
         ]
         beats = [asyncio.create_task(m.run(), name="fleet-heartbeat") for m in members]
         try:

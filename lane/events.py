@@ -42,12 +42,9 @@ class RejectReason(enum.StrEnum):
     """The deployment has no runner in the fleet view."""
 
 
-_BANDS = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
-
-
 def band_of(priority: Priority) -> int:
     """The queue band of an (already honoured) ``X-Priority``: lower bands are served first."""
-    return _BANDS[priority]
+    return priority.rank
 
 
 # --- events -----------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ class Health:
 
 
 @dataclass(slots=True)
-class RunnerState:
+class LaneRunner:
     runner_id: str
     permits: int
     in_flight: int = 0
@@ -58,13 +58,13 @@ class RunnerState:
 class RunnerPool:
     def __init__(self, health: Health) -> None:
         self.health = health
-        self._runners: dict[str, RunnerState] = {}
+        self._runners: dict[str, LaneRunner] = {}
         """In the fleet view's order, then runners that left (for "first available")."""
 
-    def __iter__(self) -> Iterator[RunnerState]:
+    def __iter__(self) -> Iterator[LaneRunner]:
         return iter(self._runners.values())
 
-    def get(self, runner_id: str) -> RunnerState | None:
+    def get(self, runner_id: str) -> LaneRunner | None:
         return self._runners.get(runner_id)
 
     @property
@@ -82,9 +82,9 @@ class RunnerPool:
 
     def update(self, slots: Iterable[tuple[str, int]]) -> None:
         """Replace the fleet view; clears every full mark, keeps health and in-flight counts."""
-        fresh: dict[str, RunnerState] = {}
+        fresh: dict[str, LaneRunner] = {}
         for runner_id, permits in slots:
-            state = self._runners.get(runner_id) or RunnerState(runner_id, permits)
+            state = self._runners.get(runner_id) or LaneRunner(runner_id, permits)
             state.permits, state.listed, state.full_until = max(0, permits), True, None
             fresh[runner_id] = state
         for runner_id, state in self._runners.items():
@@ -163,7 +163,7 @@ class RunnerPool:
         runner.failures = 0
         return True
 
-    def _last_usable(self, runner: RunnerState, now: float) -> bool:
+    def _last_usable(self, runner: LaneRunner, now: float) -> bool:
         return not any(
             other is not runner
             and other.listed

@@ -1,11 +1,10 @@
-"""The lane's IO shell: feeds the sans-IO core and carries out its effects in the event loop.
+"""The lane's IO shell: the sans-IO core on :class:`core.shell.Shell`, and each request's
+future.
 
-asyncio runs one callback at a time, so :meth:`LaneShell.handle` calls ``core.handle``
-synchronously from whichever request handler or callback has news; nothing else touches the
-core, and no lock is needed. Effects are carried out at once: ``ArmTimer`` (re)arms the one
-timer (``loop.call_at``, on the loop's clock, which is the events' clock), and the final
-answer of a request (``Dispatch``, ``Reject``, ``Fail``) resolves the future its handler
-awaits.
+:meth:`LaneShell.handle` feeds the core from whichever request handler or callback has news;
+the shell's inbox keeps it from being entered twice at once, and its one timer (on the loop's
+clock, which is the events' clock) is the one ``ArmTimer`` asks for. The answer of a request
+(``Dispatch``, ``Reject``, ``Fail``) resolves the future its handler awaits.
 
 The shell keeps the core's contract: exactly one ``Done`` per ``Dispatch``. A ``Dispatch``
 whose handler is gone (it was cancelled as the permit was granted) is given back at once as
@@ -16,10 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from core.shell import Shell
 from lane.core import LaneCore
 from lane.events import (
     ArmTimer,
@@ -27,6 +26,7 @@ from lane.events import (
     Cancel,
     Dispatch,
     Done,
+    Effect,
     Event,
     Fail,
     Outcome,
@@ -65,17 +65,16 @@ class LaneShell:
         self.on_wait = on_wait
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._deployment_of: dict[str, str] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._inbox: deque[Event] = deque()
-        self._handling = False
+        self._shell: Shell[Event, Effect] = Shell(
+            self.core.handle, self._answer, timer=ArmTimer, tick=Tick
+        )
 
     @property
     def config(self) -> LaneConfig:
         return self.core.config
 
-    @staticmethod
-    def now() -> float:
-        return asyncio.get_running_loop().time()
+    def now(self) -> float:
+        return self._shell.now()
 
     # --- requests ----------------------------------------------------------------------------
 
@@ -139,21 +138,11 @@ class LaneShell:
     def handle(self, event: Event) -> None:
         """Feed ``event`` to the core and carry out what it answers. Events raised while
         effects are carried out (a grant nobody waits for any more) queue behind it."""
-        self._inbox.append(event)
-        if self._handling:
-            return
-        self._handling = True
-        try:
-            while self._inbox:
-                for effect in self.core.handle(self._inbox.popleft()):
-                    if isinstance(effect, ArmTimer):
-                        self._arm(effect.at)
-                    else:
-                        self._answer(effect)
-        finally:
-            self._handling = False
+        self._shell.feed(event)
 
-    def _answer(self, effect: Answer) -> None:
+    def _answer(self, effect: Effect) -> None:
+        if isinstance(effect, ArmTimer):  # the shell arms its timer itself: never seen here
+            return
         request_id = effect.request_id
         answer = self._answers.get(request_id)
         if isinstance(effect, Dispatch) and effect.attempt == 1 and self.on_wait is not None:
@@ -169,20 +158,9 @@ class LaneShell:
         if isinstance(effect, Dispatch):
             # Granted to a request whose handler is gone: the permit goes straight back.
             log.debug("lane: permit for %s given back, nobody waits for it", request_id)
-            self._inbox.append(
+            self._shell.feed(
                 Done(request_id, effect.runner_id, Outcome.DISCONNECTED, False, self.now())
             )
 
-    def _arm(self, at: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_at(at, self._tick)
-
-    def _tick(self) -> None:
-        self._timer = None
-        self.handle(Tick(self.now()))
-
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._shell.close()

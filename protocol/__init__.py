@@ -118,11 +118,28 @@ PROBE_PATHS: Final = frozenset({HEALTH_CHECK_PATH, HEALTH_PATH})
 
 
 class Priority(enum.StrEnum):
-    """``X-Priority``: how urgent a prediction is; a runner's queue serves high first."""
+    """``X-Priority``: how urgent a prediction is; every queue that orders by it serves high
+    first.
+
+    The members are listed most urgent first, and that order is the one rule: :attr:`rank`
+    (0 the most urgent, served first: a runner's queue, the lane's bands) and :attr:`weight`
+    (higher the more urgent, normal 0: the pool host's integer priority, on the scale of a
+    model's configured priority class) both derive from it.
+    """
 
     HIGH = "high"
     NORMAL = "normal"
     LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """Place in serving order: 0 is served first."""
+        return _RANKS[self]
+
+    @property
+    def weight(self) -> int:
+        """Urgency as a number that grows with it: high 1, normal 0, low -1."""
+        return _RANKS[Priority.NORMAL] - _RANKS[self]
 
     @classmethod
     def parse(cls, value: str | None) -> Priority:
@@ -131,6 +148,9 @@ class Priority(enum.StrEnum):
             return cls((value or cls.NORMAL).strip().lower())
         except ValueError:
             return cls.NORMAL
+
+
+_RANKS: Final = {priority: rank for rank, priority in enumerate(Priority)}
 
 
 class Operation(enum.StrEnum):
@@ -301,7 +321,7 @@ class ModelInventory(_Document):
     available: list[str] = Field(default_factory=list)
 
 
-class Resources(_Document):
+class GpuResources(_Document):
     """GPU figures (0 and empty on a host without a GPU; None where a driver does not say)."""
 
     gpu_ids: list[int] = Field(default_factory=list)
@@ -345,7 +365,7 @@ class CapabilitiesDocument(_Document):
     runner_type: str | None = None
     runner_id: str | None = None
     models: ModelInventory = Field(default_factory=ModelInventory)
-    resources: Resources = Field(default_factory=Resources)
+    resources: GpuResources = Field(default_factory=GpuResources)
     queue: QueueState = Field(default_factory=QueueState)
     capabilities: Features = Field(default_factory=Features)
     health: RunnerHealth = RunnerHealth.HEALTHY

@@ -18,12 +18,12 @@ from protocol import (
     CapabilitiesDocument,
     Features,
     FlushScope,
+    GpuResources,
     LoadedModel,
     LoadingModel,
     ModelInventory,
     Priority,
     QueueState,
-    Resources,
     RunnerHealth,
 )
 from runners import COG_VERSION
@@ -95,9 +95,9 @@ def _inventory(service: RunnerService) -> ModelInventory:
     return ModelInventory(loaded=loaded, loading=loading, available=[model.name])
 
 
-def _resources(service: RunnerService, gpus: list[Device], cpu: CpuMeter) -> Resources:
+def _resources(service: RunnerService, gpus: list[Device], cpu: CpuMeter) -> GpuResources:
     kv_bytes, kv_usage = service.model.kv_cache() if service.ready else (0, 0.0)
-    return Resources(
+    return GpuResources(
         **gpu_resources(gpus),
         kv_cache_size_mb=None if kv_bytes is None else kv_bytes // MIB,
         kv_cache_utilization=kv_usage,

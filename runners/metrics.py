@@ -1,18 +1,20 @@
-"""The runner's Prometheus metrics, in a registry of its own (one per app, so several runners
-can live in one test process)."""
+"""The runner's Prometheus metrics, in a registry of its own (one per app, built by
+``runners.server.create_app``, so several runners can live in one test process)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import Counter, Gauge, Histogram
+
+from core.metrics import ProcessMetrics
 
 _LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
 
-class RunnerMetrics:
+class RunnerMetrics(ProcessMetrics):
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        super().__init__()
         r = self.registry
         self.requests = Counter(
             "conduit_runner_requests",
@@ -68,6 +70,3 @@ class RunnerMetrics:
         self.cache_hit_ratio.set(values["cache_hit_ratio"])
         for kind in ("rss", "model", "cache", "system_free"):
             self.memory.labels(kind).set(values.get(f"memory_{kind}", 0.0))
-
-    def exposition(self) -> bytes:
-        return generate_latest(self.registry)

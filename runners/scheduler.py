@@ -29,10 +29,6 @@ _RECENT = 256
 """Waits and run times remembered for averages and the p95."""
 
 
-_RANKS = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
-"""Queue order: lower first."""
-
-
 @dataclass(eq=False)
 class Ticket:
     """One admitted prediction's claim on a slot."""
@@ -86,7 +82,7 @@ class Scheduler:
             average_wait = self.wait_stats()["avg_wait_ms"]
             raise QueueFullError(self.depth, self.max_queue_depth, average_wait, self.retry_after())
         ticket._granted = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._queue, (_RANKS[priority], next(self._order), ticket))
+        heapq.heappush(self._queue, (priority.rank, next(self._order), ticket))
         return ticket
 
     async def acquire(self, ticket: Ticket) -> None:

@@ -31,6 +31,7 @@ from runners.cache import CacheMode
 from runners.config import RunnerConfig
 from runners.control import CONTROL_PLANE, control_app
 from runners.errors import NotRunningError, RequestRefused
+from runners.metrics import RunnerMetrics
 from runners.model import Model
 from runners.models import get_model
 from runners.prediction import Prediction
@@ -254,7 +255,7 @@ def create_app(
     a ``Content-Encoding`` is refused unread (:mod:`runners.encoding`).
     """
     config = config or RunnerConfig.from_env()
-    service = RunnerService(model, concurrency, config)
+    service = RunnerService(model, concurrency, config, RunnerMetrics())
     app = control_app(config)
     app[SERVICE] = service
     app[CONTROL_PLANE] = RunnerControlPlane(service)

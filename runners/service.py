@@ -85,7 +85,9 @@ class FlushOutcome:
 
 
 class RunnerService:
-    def __init__(self, model: Model, concurrency: int, config: RunnerConfig) -> None:
+    def __init__(
+        self, model: Model, concurrency: int, config: RunnerConfig, metrics: RunnerMetrics
+    ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.model = model
@@ -98,7 +100,7 @@ class RunnerService:
         self.lifecycle = ModelLifecycle(model)
         self.scheduler = Scheduler(concurrency, config.max_queue_depth)
         self.limiter = TenantRateLimiter.from_env()
-        self.metrics = RunnerMetrics()
+        self.metrics = metrics
         self.cache = ResultCache(config.cache_max_bytes, on_lookup=self._count_lookup)
         self.op_tokens = op_token_verifier(config, self.runner_id)
         self.shutdown_requested = asyncio.Event()

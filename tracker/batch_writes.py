@@ -30,6 +30,7 @@ from protocol.timings import RunnerTimes
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
 from tracker.group_commit import Batcher
+from tracker.render import PredictionLinks
 from tracker.states import UNFINISHED, Status, sources_of, sql_list
 from tracker.tables import Prediction
 from tracker.usage import CPU
@@ -61,7 +62,7 @@ class Finish:
     error: str | None
     times: RunnerTimes
     hardware: str
-    webhook_base_url: str | None
+    webhook_links: PredictionLinks | None
 
     @property
     def ran(self) -> bool:
@@ -230,14 +231,14 @@ class StateWrites:
 
     async def _write_finishes(self, items: list[Finish]) -> list[RowMapping | None]:
         records = [item.record() for item in items]
-        if not any(item.webhook_base_url for item in items):
+        if all(item.webhook_links is None for item in items):
             async with autocommit(self.engine).connect() as conn:
                 return await _run_rounds(conn, _FINISH, records)
         async with self.engine.begin() as conn:
             rows = await _run_rounds(conn, _FINISH, records)
             for item, row in zip(items, rows, strict=True):
-                if row is not None and item.webhook_base_url:
-                    await enqueue_completed(conn, row, item.webhook_base_url)
+                if row is not None and item.webhook_links is not None:
+                    await enqueue_completed(conn, row, item.webhook_links)
         return rows
 
 

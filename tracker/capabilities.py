@@ -187,7 +187,8 @@ class StreamUrlSettings(BaseSettings):
 
     def signer(self, redis: Redis) -> StreamSigner:
         """A signer with the configured key, or one that reads the shared key from ``redis``
-        (call :meth:`StreamSigner.load` or :meth:`StreamSigner.reload` before relying on it)."""
+        (call :meth:`StreamSigner.load`, as directors do, or :meth:`StreamSigner.reload`, as the
+        api does, before relying on it)."""
         if self.signing_key is not None:
             return StreamSigner(self.url_ttl, key=self.signing_key.get_secret_value().encode())
 
@@ -195,9 +196,3 @@ class StreamUrlSettings(BaseSettings):
             return await shared_key(redis, held)
 
         return StreamSigner(self.url_ttl, source=source)
-
-    async def loaded_signer(self, redis: Redis) -> StreamSigner:
-        """:meth:`signer`, its key read (waiting out a short Redis outage): for directors."""
-        signer = self.signer(redis)
-        await signer.load()
-        return signer

@@ -35,7 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core.transient import TRANSIENT, persistently
-from tracker.render import render_prediction
+from tracker.render import PredictionLinks, render_prediction
 from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
@@ -103,11 +103,13 @@ def wants(row: Mapping[Any, Any], event: str) -> bool:
     return wanted is None or event in wanted
 
 
-async def enqueue_completed(conn: AsyncConnection, row: Mapping[Any, Any], base_url: str) -> bool:
+async def enqueue_completed(
+    conn: AsyncConnection, row: Mapping[Any, Any], links: PredictionLinks
+) -> bool:
     """Record the ``completed`` webhook for a row that just became terminal (same transaction)."""
     if not wants(row, "completed"):
         return False
-    body = orjson.dumps(render_prediction(row, base_url)).decode()
+    body = orjson.dumps(render_prediction(row, links)).decode()
     await conn.execute(
         _INSERT,
         {

@@ -4,16 +4,16 @@ One renderer for every place a prediction leaves Conduit (GET, create, cancel, l
 bodies of webhooks), so they can never disagree.
 
 ``urls.stream`` is a capability URL (``tracker.capabilities``), signed with the process's
-stream signer. The process's entry point installs it once (:func:`sign_stream_urls`) rather
-than threading it beside the base URL through every caller: it is one per process, like the
-key it holds. Each render signs anew, so a prediction fetched again carries a fresh expiry.
-Without a signer (tools, tests of the renderer) the URL is the plain one, which still works
-with the owner's bearer token.
+stream signer. Each process's composition root builds its :class:`PredictionLinks` (the public
+base URL and that signer) and hands it to whatever renders. Each render signs anew, so a
+prediction fetched again carries a fresh expiry. Without a signer (tools, tests of the
+renderer) the URL is the plain one, which still works with the owner's bearer token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,13 +21,14 @@ import orjson
 
 from tracker.capabilities import StreamSigner
 
-_stream_signer: StreamSigner | None = None
 
+@dataclass(frozen=True)
+class PredictionLinks:
+    """Where a prediction's ``urls`` point: the public base URL, and the signer of
+    ``urls.stream`` (None: the plain URL)."""
 
-def sign_stream_urls(signer: StreamSigner | None) -> None:
-    """Sign ``urls.stream`` of every prediction this process renders from now on (None: stop)."""
-    global _stream_signer
-    _stream_signer = signer
+    base_url: str
+    signer: StreamSigner | None = None
 
 
 def iso(value: datetime | None) -> str | None:
@@ -36,16 +37,16 @@ def iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z")
 
 
-def prediction_urls(base_url: str, id: str) -> dict[str, str]:
-    root = f"{base_url}/v1/predictions/{id}"
+def prediction_urls(links: PredictionLinks, id: str) -> dict[str, str]:
+    root = f"{links.base_url}/v1/predictions/{id}"
     stream = f"{root}/stream"
-    capability = _stream_signer.query(id) if _stream_signer is not None else None
+    capability = links.signer.query(id) if links.signer is not None else None
     if capability is not None:
         stream = f"{stream}?{capability}"
     return {"get": root, "cancel": f"{root}/cancel", "stream": stream}
 
 
-def render_prediction(row: Mapping[Any, Any], base_url: str) -> dict[str, Any]:
+def render_prediction(row: Mapping[Any, Any], links: PredictionLinks) -> dict[str, Any]:
     status = row["status"]
     metrics = dict(row["metrics"] or {})
     body: dict[str, Any] = {
@@ -60,7 +61,7 @@ def render_prediction(row: Mapping[Any, Any], base_url: str) -> dict[str, Any]:
         "created_at": iso(row["created_at"]),
         "started_at": iso(row["started_at"]),
         "completed_at": iso(row["completed_at"]),
-        "urls": prediction_urls(base_url, row["id"]),
+        "urls": prediction_urls(links, row["id"]),
         "metrics": metrics,
         "source": row["source"],
         "data_removed": row["data_removed"],

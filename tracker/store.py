@@ -33,6 +33,7 @@ from protocol.timings import RunnerTimes
 from tracker.batch_writes import RETURNED, Claim, Finish, Start, StateWrites
 from tracker.db import autocommit
 from tracker.deliveries import enqueue_completed
+from tracker.render import PredictionLinks
 from tracker.states import RERUN_FROM, UNFINISHED, Lifecycle, Status, check_transition
 from tracker.tables import IdempotencyKey, Prediction, UsageRecord
 
@@ -225,7 +226,7 @@ async def list_for_account(
 
 
 async def request_cancel(
-    engine: AsyncEngine, account_id: int, id: str, webhook_base_url: str | None = None
+    engine: AsyncEngine, account_id: int, id: str, webhook_links: PredictionLinks | None = None
 ) -> tuple[RowMapping | None, bool]:
     """Flag a cancel; a prediction still queued and unclaimed is canceled on the spot.
 
@@ -250,9 +251,9 @@ async def request_cancel(
     async with engine.begin() as conn:
         row: RowMapping | None = (await conn.execute(statement)).mappings().one_or_none()
         canceled_now = row is not None and row["status"] == Status.CANCELED.value
-        if canceled_now and webhook_base_url is not None:
+        if canceled_now and webhook_links is not None:
             assert row is not None
-            await enqueue_completed(conn, row, webhook_base_url)
+            await enqueue_completed(conn, row, webhook_links)
     if row is not None:
         return row, canceled_now
     return await get_for_account(engine, account_id, id), False
@@ -319,12 +320,12 @@ async def finish(
     error: str | None = None,
     times: RunnerTimes | None = None,
     hardware: str = UNKNOWN_HARDWARE,
-    webhook_base_url: str | None = None,
+    webhook_links: PredictionLinks | None = None,
 ) -> RowMapping | None:
     """Write a terminal state if this attempt still owns a prediction that may reach it.
 
     ``times`` are what the runner reported for the run, ``hardware`` what it runs on; both go
-    into the usage record. With ``webhook_base_url``, the ``completed`` webhook is recorded in
+    into the usage record. With ``webhook_links``, the ``completed`` webhook is recorded in
     the same transaction.
     """
     write = Finish(
@@ -336,7 +337,7 @@ async def finish(
         error,
         times or RunnerTimes(),
         hardware,
-        webhook_base_url,
+        webhook_links,
     )
     return await _grouped(db).finishes.submit(write)
 

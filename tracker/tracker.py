@@ -36,7 +36,7 @@ from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType
 from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender
-from tracker.render import render_prediction, storable_text
+from tracker.render import PredictionLinks, render_prediction, storable_text
 from tracker.run_output import Caps, RunOutput
 from tracker.states import Lifecycle, Status, check_transition
 
@@ -56,7 +56,7 @@ class Publishing:
     per attempt, so the events and the intermediate webhooks ask the same lease."""
 
     events: EventLog
-    base_url: str
+    links: PredictionLinks
     fence: Fence
     dispatcher: Dispatcher | None = None
     webhooks: IntermediateSender | None = None
@@ -131,7 +131,7 @@ class AttemptTracker:
             "output": self.output,
             "logs": self.logs,
         }
-        return orjson.dumps(render_prediction(state, self.publishing.base_url)).decode()
+        return orjson.dumps(render_prediction(state, self.publishing.links)).decode()
 
     def _offer(self, event: str) -> None:
         if self.publishing.webhooks is not None:
@@ -252,7 +252,7 @@ class AttemptTracker:
             # now, before the status changes, keeps an intermediate webhook from carrying it.
             self.publishing.webhooks.close()
         self.lifecycle.move(status)
-        final = orjson.dumps(render_prediction(row, self.publishing.base_url)).decode()
+        final = orjson.dumps(render_prediction(row, self.publishing.links)).decode()
         # Waiters and streams end on "done": it must get out even through a Redis blip.
         await persistently(
             f"publishing the end of {self.prediction_id}",
@@ -285,7 +285,7 @@ class AttemptTracker:
                 error=error,
                 times=times,
                 hardware=self.hardware,
-                webhook_base_url=self.publishing.base_url if self._wants_completed else None,
+                webhook_links=self.publishing.links if self._wants_completed else None,
             ),
         )
 

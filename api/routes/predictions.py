@@ -22,7 +22,7 @@ from api.protocol import PredictionCreate
 from api.responses import FastJSONResponse
 from api.schemas import Prediction, PredictionPage
 from api.timing import timing_headers
-from tracker.render import prediction_urls, render_prediction
+from tracker.render import PredictionLinks, prediction_urls, render_prediction
 from tracker.states import Status
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ async def _created(
     )
     # Stored from here on: whatever fails now, the client gets 201 with the prediction, so it
     # never retries to learn that it exists (and never runs it twice).
-    base = resources.base_url(request)
+    base = resources.links(request)
     headers: dict[str, str] = {"Idempotent-Replayed": "true"} if replayed else {}
     try:
         if wait is None:
@@ -88,7 +88,7 @@ async def _created(
         return _respond(_as_stored(row, base), headers)
 
 
-def _as_stored(row: Mapping[Any, Any], base: str) -> dict[str, Any]:
+def _as_stored(row: Mapping[Any, Any], base: PredictionLinks) -> dict[str, Any]:
     try:
         return render_prediction(row, base)
     except Exception:
@@ -101,7 +101,7 @@ async def _waited(
     resources: Resources,
     account: AccountDep,
     row: Mapping[Any, Any],
-    base: str,
+    base: PredictionLinks,
     seconds: int,
 ) -> tuple[dict[str, Any], bool]:
     """The prediction as a ``Prefer: wait`` create answers it, after waiting up to ``seconds``,
@@ -127,7 +127,7 @@ async def _waited(
     return _starting(row, base), True
 
 
-def _starting(row: Mapping[Any, Any], base: str) -> dict[str, Any]:
+def _starting(row: Mapping[Any, Any], base: PredictionLinks) -> dict[str, Any]:
     if Status(row["status"]).is_terminal:
         return render_prediction(row, base)
     return render_prediction({**row, "status": Status.STARTING.value}, base)
@@ -191,7 +191,7 @@ async def list_predictions(
     filters = parse_filters(
         {"created_after": created_after, "created_before": created_before, "source": source}
     )
-    base = resources.base_url(request)
+    base = resources.links(request)
     return FastJSONResponse(await serving.list_page(resources, account, base, cursor, filters))
 
 
@@ -205,7 +205,7 @@ async def get_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
     row = await serving.get(resources, account, prediction_id, replica=True)
-    return FastJSONResponse(render_prediction(row, resources.base_url(request)))
+    return FastJSONResponse(render_prediction(row, resources.links(request)))
 
 
 @router.post(
@@ -217,6 +217,6 @@ async def get_prediction(
 async def cancel_prediction(
     request: Request, prediction_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    base = resources.base_url(request)
+    base = resources.links(request)
     row = await serving.cancel(resources, account, prediction_id, base)
     return FastJSONResponse(render_prediction(row, base))

@@ -43,6 +43,7 @@ from api.openapi import (
     operation,
     problems,
 )
+from api.prefer import disconnected
 from api.priority import honoured, parse_priority_header
 from api.protocol import _has_nul
 from api.responses import FastJSONResponse
@@ -177,7 +178,7 @@ async def _run(
             priority=priority,
             input_json=input_json,
             stream=_wants_events(request.headers.get("accept")),
-            left=functools.partial(_disconnected, request),
+            left=functools.partial(disconnected, request),
             cancel_after=cancel_after.total_seconds() if cancel_after else None,
             request_id=REQUEST_ID.get(),
         )
@@ -238,8 +239,3 @@ def _json_or_problem(raw: bytes) -> Any:
 
 def _wants_events(accept: str | None) -> bool:
     return any(p.split(";")[0].strip().lower() == EVENT_STREAM for p in (accept or "").split(","))
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass

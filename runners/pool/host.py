@@ -1,11 +1,11 @@
 """The pool's driver: feeds :class:`PoolCore` events from the asyncio loop and carries out its
 effects.
 
-Everything runs on the loop's one thread, so the core is called synchronously from request
-handlers, backend tasks and the one timer. Effects that take time (starting or stopping a
+The core runs on :class:`core.shell.Shell`, fed from request handlers, backend tasks and the
+shell's one timer (``ArmTimer``); events raised while effects are being carried out queue in its
+inbox and are handled after, never re-entrantly. Effects that take time (starting or stopping a
 backend) become tasks that answer with an event when they end; ``Grant``/``Reject``/
-``AdminDone`` resolve the future their caller awaits. Events raised while effects are being
-carried out are queued and handled after, never re-entrantly.
+``AdminDone`` resolve the future their caller awaits.
 
 The clock is the loop's (monotonic seconds), the one every ``now`` and deadline uses.
 
@@ -20,11 +20,11 @@ import asyncio
 import logging
 import re
 import uuid
-from collections import deque
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core.shell import Shell
 from runners.pool.backends import Backend
 from runners.pool.core import PoolCore
 from runners.pool.events import (
@@ -85,13 +85,13 @@ class PoolHost:
         self.core = core
         self.backends = dict(backends)
         self._loop = asyncio.get_running_loop()
-        self._pending: deque[Event] = deque()
-        self._handling = False
+        self._shell: Shell[Event, Effect] = Shell(
+            core.handle, self._carry_out, timer=ArmTimer, tick=Tick, clock=self._loop
+        )
         self._waiters: dict[str, asyncio.Future[Grant | Reject]] = {}
         self._admin: dict[str, asyncio.Future[AdminDone]] = {}
         self._loads: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self._timer: asyncio.TimerHandle | None = None
         self.load_errors: dict[str, str] = {}
         """The last load error of each model, for the capabilities list."""
         self.last_unload: dict[str, tuple[str, float]] = {}
@@ -110,16 +110,7 @@ class PoolHost:
     def handle(self, event: Event) -> None:
         """Give ``event`` to the core and carry out its effects (after the current event's,
         when called while those are being carried out)."""
-        self._pending.append(event)
-        if self._handling:
-            return
-        self._handling = True
-        try:
-            while self._pending:
-                for effect in self.core.handle(self._pending.popleft()):
-                    self._carry_out(effect)
-        finally:
-            self._handling = False
+        self._shell.feed(event)
 
     def _carry_out(self, effect: Effect) -> None:
         match effect:
@@ -128,7 +119,7 @@ class PoolHost:
                 if waiter is not None and not waiter.done():
                     waiter.set_result(effect)
                 elif isinstance(effect, Grant):  # its caller left meanwhile
-                    self._pending.append(ServeDone(effect.request_id, self.now()))
+                    self.handle(ServeDone(effect.request_id, self.now()))
             case AdminDone():
                 admin = self._admin.get(effect.op_id)
                 if admin is not None and not admin.done():
@@ -141,16 +132,8 @@ class PoolHost:
             case StartUnload():
                 self.last_unload[effect.model] = (effect.reason, self.now())
                 self._spawn(self._unload(effect.model, effect.reason))
-            case ArmTimer():
-                if self._timer is not None:
-                    self._timer.cancel()
-                at = effect.at
-                self._timer = self._loop.call_at(at, lambda: self._tick(at))
-
-    def _tick(self, at: float) -> None:
-        self._timer = None
-        # The loop may fire a hair early; the core must see the instant it asked for.
-        self.handle(Tick(max(self.now(), at)))
+            case ArmTimer():  # the shell arms its timer itself: never seen here
+                pass
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
@@ -234,8 +217,7 @@ class PoolHost:
     async def close(self) -> None:
         """Stop every backend (the process is going away; the core is not asked)."""
         self.closing = True
-        if self._timer is not None:
-            self._timer.cancel()
+        self._shell.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -33,6 +33,7 @@ from runners.pool.config import FixedProbe, MemoryProbe, PoolConfigError
 from runners.pool.config_file import PoolFile, load
 from runners.pool.core import PoolCore
 from runners.pool.host import PoolHost
+from runners.pool.metrics import PoolMetrics
 from runners.pool.nvml import SystemProbe
 from runners.pool.plane import PoolControlPlane
 from runners.pool.slot_routes import PROBES, add_slot_routes
@@ -98,7 +99,7 @@ def create_app(
         pool = app[POOL] = Pool(
             file, host, session, runner_id, op_token_verifier(config, runner_id)
         )
-        app[CONTROL_PLANE] = PoolControlPlane(pool)
+        app[CONTROL_PLANE] = PoolControlPlane(pool, PoolMetrics(pool))
         host.start()
 
     async def on_cleanup(app: web.Application) -> None:

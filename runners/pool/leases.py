@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Lease:
+class MemoryLease:
     devices: tuple[int, ...]
     per_device: int
 
@@ -24,14 +24,14 @@ def split(total: int, parts: int) -> int:
 class Ledger:
     def __init__(self, budgets: dict[int, int]) -> None:
         self.budgets = dict(budgets)
-        self._leases: dict[str, Lease] = {}
-        self._pins: dict[str, Lease] = {}
+        self._leases: dict[str, MemoryLease] = {}
+        self._pins: dict[str, MemoryLease] = {}
 
-    def lease(self, model: str) -> Lease | None:
+    def lease(self, model: str) -> MemoryLease | None:
         return self._leases.get(model)
 
     def take(self, model: str, devices: tuple[int, ...], per_device: int) -> None:
-        self._leases[model] = Lease(devices, per_device)
+        self._leases[model] = MemoryLease(devices, per_device)
 
     def release(self, model: str) -> None:
         self._leases.pop(model, None)
@@ -72,7 +72,7 @@ class Ledger:
 
     # --- pins -----------------------------------------------------------------------------
 
-    def home(self, model: str) -> Lease | None:
+    def home(self, model: str) -> MemoryLease | None:
         return self._pins.get(model)
 
     def pin_headroom(self, device: int) -> int:
@@ -100,7 +100,7 @@ class Ledger:
             if len(fitting) < count:
                 return False
             devices = tuple(sorted(d for _, d in fitting[:count]))
-        self._pins[model] = Lease(devices, per_device)
+        self._pins[model] = MemoryLease(devices, per_device)
         return True
 
     def unpin(self, model: str) -> None:

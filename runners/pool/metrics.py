@@ -1,23 +1,26 @@
-"""The pool's Prometheus figures (``/metrics``), read from its core at each scrape."""
+"""The pool host's Prometheus metrics (``/metrics``): :class:`PoolMetrics`, built once by the
+host's composition root (``runners.pool.http``), its figures read from the core at each
+scrape."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import ClassVar
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+from prometheus_client.registry import Collector
 
+from core.metrics import ProcessMetrics
 from runners.pool.slots import SlotState
 from runners.pool.state import Pool
 
 
-class PoolCollector:
+class PoolCollector(Collector):
     """The pool's figures, read from the core at each scrape."""
 
     _BUCKETS: ClassVar[tuple[float, ...]] = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -86,8 +89,7 @@ class PoolCollector:
         yield from (budget, used)
 
 
-def exposition(pool: Pool) -> bytes:
-    """The figures in Prometheus' text format."""
-    registry = CollectorRegistry()
-    registry.register(PoolCollector(pool))
-    return generate_latest(registry)
+class PoolMetrics(ProcessMetrics):
+    def __init__(self, pool: Pool) -> None:
+        super().__init__()
+        self.register(PoolCollector(pool))

@@ -22,7 +22,7 @@ from runners.control_plane import ControlPlane
 from runners.optokens import OpTokenVerifier
 from runners.pool import documents
 from runners.pool.backends import ConduitBackend
-from runners.pool.metrics import exposition
+from runners.pool.metrics import PoolMetrics
 from runners.pool.state import Pool
 from runners.resources import MIB, process_rss
 
@@ -55,8 +55,9 @@ class _LoadOp:
 
 
 class PoolControlPlane(ControlPlane):
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, metrics: PoolMetrics) -> None:
         self.pool = pool
+        self._metrics = metrics
         self._loads: dict[str, _LoadOp] = {}
 
     @property
@@ -143,7 +144,7 @@ class PoolControlPlane(ControlPlane):
         return documents.health(self.pool)
 
     def metrics(self) -> bytes:
-        return exposition(self.pool)
+        return self._metrics.exposition()
 
 
 def _now() -> str:

@@ -54,7 +54,6 @@ SLOT = "/models/{model}"
 PROBES = frozenset({SLOT + wire.HEALTH_CHECK_PATH, SLOT + wire.HEALTH_PATH})
 """A slot's health checks: like a single runner's, they need no token."""
 
-_PRIORITIES = {wire.Priority.LOW: -1, wire.Priority.NORMAL: 0, wire.Priority.HIGH: 1}
 _REFUSALS: dict[RejectCode, type[PoolRefusal]] = {
     RejectCode.COOLDOWN: CooldownError,
     RejectCode.LOAD_FAILED: LoadFailedError,
@@ -73,7 +72,7 @@ def _ask(request: web.Request) -> Ask:
     headers = request.headers
     return Ask(
         deadline_in=deadline(headers),
-        priority=_PRIORITIES[wire.Priority.parse(headers.get(wire.PRIORITY))],
+        priority=wire.Priority.parse(headers.get(wire.PRIORITY)).weight,
         keep_alive=seconds(headers.get(KEEP_ALIVE), KEEP_ALIVE, negative=True),
     )
 

@@ -16,7 +16,7 @@ from api.errors import PROBLEM_JSON, problem_response
 from api.routes.models import render_deployment, render_model, render_version
 from api.settings import ApiSettings
 from tracker.catalog import DeploymentInfo, ModelInfo, VersionInfo
-from tracker.render import render_prediction
+from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
 
 DOC = create_app(ApiSettings()).openapi()
@@ -130,7 +130,7 @@ def _row(**changes: Any) -> dict[str, Any]:
     ],
 )
 def test_rendered_predictions_match_the_prediction_schema(row: dict[str, Any]) -> None:
-    prediction = render_prediction(row, "http://127.0.0.1:8000")
+    prediction = render_prediction(row, PredictionLinks("http://127.0.0.1:8000"))
     validate("Prediction", prediction)
     validate("PredictionPage", {"next": None, "previous": "http://x/?c=1", "results": [prediction]})
 

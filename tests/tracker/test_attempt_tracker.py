@@ -27,6 +27,7 @@ from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
 from tracker.fence import Unfenced
+from tracker.render import PredictionLinks
 from tracker.tracker import AttemptTracker, Publishing
 
 INTERVAL = 0.2
@@ -85,7 +86,10 @@ async def _claimed(engine: AsyncEngine, pid: str | None = None) -> RowMapping:
 def _tracker(engine: AsyncEngine, row: RowMapping, events: EventLog) -> AttemptTracker:
     writes = StateWrites(engine)
     return AttemptTracker(
-        writes, row, Publishing(events, "http://conduit.test", Unfenced()), INTERVAL
+        writes,
+        row,
+        Publishing(events, PredictionLinks("http://conduit.test"), Unfenced()),
+        INTERVAL,
     )
 
 

@@ -23,6 +23,7 @@ from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
 from tracker.fence import Unfenced
+from tracker.render import PredictionLinks
 from tracker.run_output import Caps
 from tracker.states import Status
 from tracker.tracker import AttemptTracker, Publishing, UnrecordableResult
@@ -42,7 +43,7 @@ async def _tracker(
     row = await store.claim(engine, pid, "director-u")
     assert row is not None
     events = EventLog(redis, max_len=max_len)
-    publishing = Publishing(events, "http://conduit.test", fence=Unfenced())
+    publishing = Publishing(events, PredictionLinks("http://conduit.test"), fence=Unfenced())
     tracker = AttemptTracker(StateWrites(engine), row, publishing, 0.05, caps=caps)
     assert await tracker.started()
     return tracker

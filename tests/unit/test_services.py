@@ -14,8 +14,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from conduit import services
-from conduit.services import ServerStartError, ServicesUnavailable, local_services, redis_command
+from conduit import binaries, child_server, services
+from conduit.binaries import ServicesUnavailable
+from conduit.child_server import ServerStartError
+from conduit.services import local_services, redis_command
 from tests.fixtures.servers import PostgresServer, RedisServer, create_database
 from tests.fixtures.waiting import wait_for as shared_wait_for
 
@@ -53,10 +55,10 @@ def test_redis_ping_kill_restart_same_port(workdir: Path) -> None:
         assert r.url == f"redis://127.0.0.1:{port}/0"
         assert redis_command(port, "PING") == b"+PONG"
         assert redis_command(port, "SET", "k", "v") == b"+OK"
-        assert r in services._LIVE
+        assert r in child_server._LIVE
 
         r.kill()
-        assert not r.running and r not in services._LIVE
+        assert not r.running and r not in child_server._LIVE
         wait_for(lambda: refused(port))
 
         r.restart()
@@ -69,7 +71,7 @@ def test_redis_ping_kill_restart_same_port(workdir: Path) -> None:
         assert redis_command(port, "GET", "k") == b"$1"
         r.restart(keep_data=False)
         assert redis_command(port, "GET", "k") == b"$-1"
-    assert not r.running and r not in services._LIVE
+    assert not r.running and r not in child_server._LIVE
     assert refused(port)
 
 
@@ -134,7 +136,7 @@ def test_postgres_pause_and_kill_reach_every_backend(workdir: Path) -> None:
     with PostgresServer(workdir) as pg, psycopg.connect(pg.url, autocommit=True) as conn:
         assert pg.pid is not None
         pg.pause()  # the frozen postmaster can neither fork nor reap: its children are stable
-        backends = services._children(pg.pid)
+        backends = child_server._children(pg.pid)
         every = [pg.pid, *backends]
         assert len(backends) >= 3  # checkpointer, walwriter, ..., our client backend
         wait_for(lambda: all(proc_state(p) in "TZ" for p in every))  # Z: was already exiting
@@ -165,28 +167,28 @@ def test_local_services_given_urls_start_nothing() -> None:
 
 
 def test_local_services_starts_missing_ones() -> None:
-    before = set(services._LIVE)  # the session's own servers may be running too
+    before = set(child_server._LIVE)  # the session's own servers may be running too
     with local_services(None, None) as urls:
         assert urls.started_redis and urls.started_postgres
         port = int(urls.redis_url.rsplit(":", 1)[1].split("/")[0])
         assert redis_command(port, "PING") == b"+PONG"
         assert pg_value(urls.database_url, "SELECT 1") == 1
-        assert len(services._LIVE - before) == 2
-    assert services._LIVE == before
+        assert len(child_server._LIVE - before) == 2
+    assert child_server._LIVE == before
     assert refused(port)
 
 
 def test_missing_binaries_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    monkeypatch.setattr(services, "postgres_bindir", lambda: None)
+    monkeypatch.setattr(binaries, "postgres_bindir", lambda: None)
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(ServicesUnavailable) as err:
-        services.ensure_binaries(redis=True, postgres=True)
+        binaries.ensure_binaries(redis=True, postgres=True)
     msg = str(err.value)
     assert "`sudo apt-get install redis-server postgresql`" in msg
     assert "`brew install redis postgresql@16`" in msg
     assert "REDIS_URL/DATABASE_URL" in msg
-    services.ensure_binaries(redis=False, postgres=False)  # nothing requested: no error
+    binaries.ensure_binaries(redis=False, postgres=False)  # nothing requested: no error
 
 
 def test_apt_install_as_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -212,9 +214,9 @@ def test_apt_install_as_root(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     monkeypatch.setattr(shutil, "which", which)
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    monkeypatch.setattr(services, "_POLICY_RC_D", policy)
-    monkeypatch.setattr(services, "_DEBIAN_VERSION", debian)
-    services.ensure_binaries(redis=True, postgres=False)
+    monkeypatch.setattr(binaries, "_POLICY_RC_D", policy)
+    monkeypatch.setattr(binaries, "_DEBIAN_VERSION", debian)
+    binaries.ensure_binaries(redis=True, postgres=False)
     assert calls == [
         ["apt-get", "update"],
         ["apt-get", "install", "-y", "--no-install-recommends", "redis-server"],

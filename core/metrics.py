@@ -1,0 +1,29 @@
+"""The one way a process keeps Prometheus metrics: an object per process with a registry of its
+own, built by the process's composition root and handed to the parts that count.
+
+No module holds a registry or a metric: two processes' worth of parts in one interpreter (the
+suite runs an api, a director and runners side by side) count apart, and nothing registers
+twice. Each process's metrics (``ApiMetrics``, ``DirectorMetrics``, ``RunnerMetrics``,
+``PoolMetrics``) is one of these; figures read from live objects at each scrape are collectors
+registered on its registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.registry import Collector
+
+
+class ProcessMetrics:
+    """A registry of one process's own, and its text exposition."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+
+    def register(self, collector: Collector) -> None:
+        """Add figures read at each scrape."""
+        self.registry.register(collector)
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)
