@@ -22,25 +22,25 @@ READS = 6
 async def test_a_lock_held_elsewhere_gives_503_not_500(
     stack: Stack, launcher: Launcher, token: str, database_url: str
 ) -> None:
-    _, api_url = launcher.api(env=POOL)
-    headers = {"Authorization": f"Bearer {token}"}
-    with httpx.Client(base_url=api_url, headers=headers, timeout=30) as client:
-        created = create(client, f"/v1/deployments/{ECHO}/predictions", input={"prompt": "l"})
-        wait_status(client, created["id"])
-    path = f"/v1/predictions/{created['id']}"
+    with launcher.own_api(POOL) as api_url:
+        headers = {"Authorization": f"Bearer {token}"}
+        with httpx.Client(base_url=api_url, headers=headers, timeout=30) as client:
+            created = create(client, f"/v1/deployments/{ECHO}/predictions", input={"prompt": "l"})
+            wait_status(client, created["id"])
+        path = f"/v1/predictions/{created['id']}"
 
-    with psycopg.connect(database_url) as locker:
-        locker.execute("LOCK TABLE predictions IN ACCESS EXCLUSIVE MODE")  # held until rollback
-        # Well under SQLAlchemy's default pool wait (30 s): a 500 after that fails it too.
-        async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=20) as http:
-            reads = [asyncio.create_task(http.get(path)) for _ in range(READS)]
-            done, _ = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
-            refused = next(iter(done)).result()
-            locker.rollback()
-            answers = [await read for read in reads]
+        with psycopg.connect(database_url) as locker:
+            locker.execute("LOCK TABLE predictions IN ACCESS EXCLUSIVE MODE")  # held until rollback
+            # Well under SQLAlchemy's default pool wait (30 s): a 500 after that fails it too.
+            async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=20) as http:
+                reads = [asyncio.create_task(http.get(path)) for _ in range(READS)]
+                done, _ = await asyncio.wait(reads, return_when=asyncio.FIRST_COMPLETED)
+                refused = next(iter(done)).result()
+                locker.rollback()
+                answers = [await read for read in reads]
 
-    problem = assert_problem(refused, 503)
-    assert "busy" in problem["detail"], problem
-    assert int(refused.headers["Retry-After"]) >= 1
-    codes = Counter(answer.status_code for answer in answers)
-    assert set(codes) == {200, 503} and codes[503] >= READS - 2, codes
+        problem = assert_problem(refused, 503)
+        assert "busy" in problem["detail"], problem
+        assert int(refused.headers["Retry-After"]) >= 1
+        codes = Counter(answer.status_code for answer in answers)
+        assert set(codes) == {200, 503} and codes[503] >= READS - 2, codes

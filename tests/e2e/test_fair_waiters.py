@@ -34,33 +34,35 @@ async def test_one_account_filling_its_share_leaves_others_waiting(
 ) -> None:
     idle = f"test/idle-{uuid.uuid4().hex[:8]}"
     admin.create_deployment(idle, ECHO, visibility="public")  # no director: stays queued
-    _, api_url = launcher.api(env={"CONDUIT_API_MAX_WAITERS": str(MAX_WAITERS)})
-    other = admin.create_account(f"other-{uuid.uuid4().hex[:8]}")
-    heavy = {"Authorization": f"Bearer {token}"}
-    light = {"Authorization": f"Bearer {other}"}
-    with httpx.Client(base_url=api_url, headers=heavy, timeout=30) as sync:
-        queued = [create(sync, f"/v1/deployments/{idle}/predictions", input={}) for _ in range(6)]
-    limits = httpx.Limits(max_connections=MAX_WAITERS * 2)
-    async with (
-        httpx.AsyncClient(base_url=api_url, timeout=30, limits=limits) as http,
-        contextlib.AsyncExitStack() as streams,
-    ):
-        # A leaked stream URL, opened again and again without any token...
-        leaked = queued[0]["urls"]["stream"]
-        through_link = [await _open(streams, http, leaked) for _ in range(3)]
-        # ...then the account itself, on its other predictions, for every place there is.
-        paths = [f"/v1/predictions/{p['id']}/stream" for p in queued[1:]]
-        own = [await _open(streams, http, path, **heavy) for path in paths]
+    with launcher.own_api({"CONDUIT_API_MAX_WAITERS": str(MAX_WAITERS)}) as api_url:
+        other = admin.create_account(f"other-{uuid.uuid4().hex[:8]}")
+        heavy = {"Authorization": f"Bearer {token}"}
+        light = {"Authorization": f"Bearer {other}"}
+        with httpx.Client(base_url=api_url, headers=heavy, timeout=30) as sync:
+            queued = [
+                create(sync, f"/v1/deployments/{idle}/predictions", input={}) for _ in range(6)
+            ]
+        limits = httpx.Limits(max_connections=MAX_WAITERS * 2)
+        async with (
+            httpx.AsyncClient(base_url=api_url, timeout=30, limits=limits) as http,
+            contextlib.AsyncExitStack() as streams,
+        ):
+            # A leaked stream URL, opened again and again without any token...
+            leaked = queued[0]["urls"]["stream"]
+            through_link = [await _open(streams, http, leaked) for _ in range(3)]
+            # ...then the account itself, on its other predictions, for every place there is.
+            paths = [f"/v1/predictions/{p['id']}/stream" for p in queued[1:]]
+            own = [await _open(streams, http, path, **heavy) for path in paths]
 
-        with httpx.Client(base_url=api_url, headers=light, timeout=60) as client:
-            waited = client.post(
-                PATH, json={"input": {"prompt": "w", "n": 1}}, headers={"Prefer": "wait=30"}
-            )
-            assert waited.status_code == 201, waited.text
-            assert waited.headers.get("preference-applied") == "wait=30"
-            assert waited.json()["status"] == "succeeded"
-            streamed = read_stream(client, waited.json()["id"])
-            assert [e.data for e in streamed if e.event == "output"] == ["w-0"]
-        # The account had its share, the link its prediction's share of that.
-        assert through_link == [200, 200, 503]
-        assert own == [200, 200, 503, 503, 503]
+            with httpx.Client(base_url=api_url, headers=light, timeout=60) as client:
+                waited = client.post(
+                    PATH, json={"input": {"prompt": "w", "n": 1}}, headers={"Prefer": "wait=30"}
+                )
+                assert waited.status_code == 201, waited.text
+                assert waited.headers.get("preference-applied") == "wait=30"
+                assert waited.json()["status"] == "succeeded"
+                streamed = read_stream(client, waited.json()["id"])
+                assert [e.data for e in streamed if e.event == "output"] == ["w-0"]
+            # The account had its share, the link its prediction's share of that.
+            assert through_link == [200, 200, 503]
+            assert own == [200, 200, 503, 503, 503]

@@ -63,11 +63,13 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def api(launcher: Launcher, stack: Stack) -> Api:
-    """An api of its own with small limits (``stack`` only makes the echo deployment exist)."""
+def api(launcher: Launcher, stack: Stack) -> Iterator[Api]:
+    """An api of its own with small limits (``stack`` only makes the echo deployment exist),
+    stopped after the module: a replica left running keeps a share of the lane's permits."""
     proc, url = launcher.api(env=LIMITS)
     port = int(url.rsplit(":", 1)[1])
-    return Api(proc, url, "127.0.0.1", port)
+    yield Api(proc, url, "127.0.0.1", port)
+    proc.stop()
 
 
 @pytest.fixture

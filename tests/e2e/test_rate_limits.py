@@ -31,27 +31,31 @@ def _creates(stack: Stack) -> list[tuple[str, dict[str, object]]]:
 def test_the_rate_is_one_across_replicas_and_routes(
     stack: Stack, launcher: Launcher, admin: Admin, token: str
 ) -> None:
-    _, first_url = launcher.api(env=LIMIT)
-    _, second_url = launcher.api(env=LIMIT)
-    headers = {"Authorization": f"Bearer {token}"}
-    with (
-        httpx.Client(base_url=first_url, headers=headers, timeout=30) as first,
-        httpx.Client(base_url=second_url, headers=headers, timeout=30) as second,
-    ):
-        creates = _creates(stack)
-        admitted = [*creates[:3], creates[2]]  # no runner serves a /run here: 429 out_of_capacity
-        for client, (path, body) in zip([first, second, first, second], admitted, strict=True):
-            assert client.post(path, json=body).status_code == 201
-        for n, (path, body) in enumerate(creates):
-            refused = (first, second)[n % 2].post(path, json=body)
-            problem = assert_problem(refused, 429)
-            assert problem["code"] == "rate_limited", problem
-            assert 1 <= int(refused.headers["Retry-After"]) <= 15
-        assert len(first.get("/v1/predictions").json()["results"]) == 4  # refusals stored nothing
+    with launcher.own_api(LIMIT) as first_url, launcher.own_api(LIMIT) as second_url:
+        headers = {"Authorization": f"Bearer {token}"}
+        with (
+            httpx.Client(base_url=first_url, headers=headers, timeout=30) as first,
+            httpx.Client(base_url=second_url, headers=headers, timeout=30) as second,
+        ):
+            creates = _creates(stack)
+            admitted = [
+                *creates[:3],
+                creates[2],
+            ]  # no runner serves a /run here: 429 out_of_capacity
+            for client, (path, body) in zip([first, second, first, second], admitted, strict=True):
+                assert client.post(path, json=body).status_code == 201
+            for n, (path, body) in enumerate(creates):
+                refused = (first, second)[n % 2].post(path, json=body)
+                problem = assert_problem(refused, 429)
+                assert problem["code"] == "rate_limited", problem
+                assert 1 <= int(refused.headers["Retry-After"]) <= 15
+            assert (
+                len(first.get("/v1/predictions").json()["results"]) == 4
+            )  # refusals stored nothing
 
-    other = admin.create_account(f"other-{uuid.uuid4().hex[:8]}")
-    with httpx.Client(
-        base_url=second_url, headers={"Authorization": f"Bearer {other}"}, timeout=30
-    ) as client:
-        path, body = creates[2]
-        assert client.post(path, json=body).status_code == 201
+        other = admin.create_account(f"other-{uuid.uuid4().hex[:8]}")
+        with httpx.Client(
+            base_url=second_url, headers={"Authorization": f"Bearer {other}"}, timeout=30
+        ) as client:
+            path, body = creates[2]
+            assert client.post(path, json=body).status_code == 201
