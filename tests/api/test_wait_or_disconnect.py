@@ -15,6 +15,7 @@ from starlette.types import Message
 
 from api.event_hub import EventHub
 from api.prefer import WaitEnd, wait_or_disconnect
+from tests.fixtures.waiting import until
 from tracker.events import EventLog
 
 DEADLINE = 10.0
@@ -35,6 +36,13 @@ async def hub(redis_url: str, redis: Redis) -> AsyncIterator[EventHub]:
     await hub.close()
 
 
+async def _subscribed(hub: EventHub) -> None:
+    async def waiting() -> int:
+        return hub.waiters
+
+    await until(waiting, "the wait subscribed", timeout=DEADLINE, interval=0.01)
+
+
 def _request(channel: asyncio.Queue[Message]) -> Request:
     scope = {"type": "http", "method": "POST", "path": "/", "headers": []}
     return Request(scope, receive=channel.get)
@@ -46,9 +54,7 @@ async def test_a_client_that_leaves_ends_the_wait(hub: EventHub) -> None:
     waiting = asyncio.ensure_future(
         wait_or_disconnect(_request(channel), hub, uuid.uuid4().hex, 60)
     )
-    async with asyncio.timeout(DEADLINE):
-        while hub.waiters == 0:
-            await asyncio.sleep(0)
+    await _subscribed(hub)
     await channel.put({"type": "http.disconnect"})
     waited = await asyncio.wait_for(waiting, DEADLINE)
     assert waited.end is WaitEnd.CLIENT_LEFT
@@ -59,9 +65,7 @@ async def test_done_ends_the_wait_and_the_watch(hub: EventHub, redis: Redis) -> 
     channel: asyncio.Queue[Message] = asyncio.Queue()
     pid = uuid.uuid4().hex
     waiting = asyncio.ensure_future(wait_or_disconnect(_request(channel), hub, pid, 60))
-    async with asyncio.timeout(DEADLINE):
-        while hub.waiters == 0:
-            await asyncio.sleep(0)
+    await _subscribed(hub)
     await EventLog(redis).finish(pid, "succeeded", None, final='{"id": "x"}')
     waited = await asyncio.wait_for(waiting, DEADLINE)
     assert waited.end is WaitEnd.DONE

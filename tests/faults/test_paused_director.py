@@ -12,7 +12,7 @@ import psycopg
 from director.queue import GROUP
 from tests.faults.conftest import register_faulty
 from tests.faults.harness import TERMINAL, Drill, verify
-from tests.fixtures.waiting import wait_for
+from tests.fixtures.waiting import hold, wait_for
 
 #: Long enough that a takeover (an entry left pending, reclaimed once idle this long) cannot
 #: pass for a prompt pickup: the pause plus the run take a fraction of it.
@@ -74,7 +74,7 @@ def test_a_paused_director_runs_what_its_blocking_read_was_handed(drill: Drill) 
             lambda: _pending_for_directors(drill, name) == 1,
             "Redis handed the entry to the paused director's read",
         )
-        time.sleep(PAUSE)  # the pause itself (the fault), not a wait for anything
+        hold(PAUSE)
     finally:
         director.popen.send_signal(signal.SIGCONT)
         resumed_at = time.time()

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from core.periodic import Periodic
+from tests.fixtures.waiting import until
 
 log = logging.getLogger("tests.periodic")
 HOUR = 3600.0
@@ -37,10 +38,26 @@ class Steps:
                 await self.changed.wait()
 
 
-async def settle() -> None:
-    """Let every task that can run, run (a loop without a pause would run round after round)."""
-    for _ in range(200):
-        await asyncio.sleep(0)
+def pausing(task: asyncio.Task[None]) -> bool:
+    """The loop waits out its interval: suspended inside ``Periodic._pause`` (an hour here, so
+    no further round can come before the test looks)."""
+    awaited = task.get_coro().cr_await  # type: ignore[union-attr]
+    while awaited is not None:
+        code = getattr(awaited, "cr_code", None)
+        if code is not None and code.co_name == "_pause":
+            return True
+        awaited = getattr(awaited, "cr_await", None)
+    return False
+
+
+async def settle(task: asyncio.Task[None] | None) -> None:
+    """Wait until the loop is back in its pause: every round it would run at once has run."""
+    assert task is not None
+
+    async def paused() -> bool:
+        return pausing(task)
+
+    await until(paused, "the loop pausing for its interval", interval=0.01)
 
 
 async def test_at_once_runs_the_first_round_without_waiting_an_interval() -> None:
@@ -49,7 +66,7 @@ async def test_at_once_runs_the_first_round_without_waiting_an_interval() -> Non
     periodic.start(at_once=True)
     try:
         await step.reach(1)
-        await settle()
+        await settle(periodic._task)
         assert step.rounds == 1  # the next one is an hour away
     finally:
         await periodic.stop()
@@ -59,7 +76,7 @@ async def test_without_at_once_the_first_round_waits_an_interval() -> None:
     step = Steps()
     periodic = Periodic("test", HOUR, step, "test step", log)
     periodic.start()
-    await settle()
+    await settle(periodic._task)
     assert step.rounds == 0
     await periodic.stop()
 
@@ -69,11 +86,11 @@ async def test_wake_brings_the_next_round_forward_once() -> None:
     wake = asyncio.Event()
     task = asyncio.create_task(Periodic("test", HOUR, step, "test step", log, wake=wake).run())
     try:
-        await settle()
+        await settle(task)
         assert step.rounds == 0
         wake.set()
         await step.reach(1)
-        await settle()
+        await settle(task)
         assert step.rounds == 1  # still set, but it woke the loop once: back to the interval
     finally:
         task.cancel()
@@ -89,7 +106,7 @@ async def test_a_wake_already_set_at_start_counts_once() -> None:
     periodic.start(at_once=True)
     try:
         await step.reach(2)
-        await settle()
+        await settle(periodic._task)
         assert step.rounds == 2
     finally:
         await periodic.stop()
@@ -115,7 +132,7 @@ async def test_stop_ends_the_loop_and_start_again_is_a_no_op_while_running() -> 
     periodic.start(at_once=True)
     periodic.start(at_once=True)
     await step.reach(1)
-    await settle()
+    await settle(periodic._task)
     assert step.rounds == 1
     await periodic.stop()
     await periodic.stop()  # twice is harmless
