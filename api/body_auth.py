@@ -5,8 +5,8 @@ token check among them: without this layer anyone could make the api receive and
 ``max_body_bytes`` per request without a credential. Every route that takes a body needs a
 token (the ones open to all, ``/health*``, ``/openapi.json``, ``/metrics`` and signed stream
 URLs, are reads), so a request that declares a body and is not a read is authenticated here,
-with the same :class:`~api.auth.Authenticator` as the routes (a token it verified is served
-from memory when the route asks again). A refusal is answered at once and closes the
+with the same :class:`~api.auth.Authenticator` as the routes, and the account it finds is the
+one the route is given (``request.state.account``). A refusal is answered at once and closes the
 connection, the body never read.
 
 An authentication that fails for another reason than the token (the database away) lets the
@@ -48,8 +48,10 @@ class AuthenticateBeforeBody:
             return
         authenticator = self.authenticator()
         if authenticator is not None:
+            request = Request(scope)
             try:
-                await authenticator.account(Request(scope))
+                # Kept for the route (api.deps.get_account): one authentication a request.
+                request.state.account = await authenticator.account(request)
             except Problem as problem:
                 response = problem_response(
                     problem.status,

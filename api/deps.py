@@ -84,7 +84,9 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
 async def get_account(request: Request, resources: ResourcesDep) -> AccountInfo:
-    return await resources.auth.account(request)
+    # A request with a body was authenticated before the body was read (api.body_auth).
+    known: AccountInfo | None = getattr(request.state, "account", None)
+    return known if known is not None else await resources.auth.account(request)
 
 
 AccountDep = Annotated[AccountInfo, Depends(get_account)]

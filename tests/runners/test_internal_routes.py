@@ -30,6 +30,7 @@ from runners.config import RunnerConfig
 from runners.models.echo import EchoModel
 from runners.server import SERVICE, create_app
 from runners.service import RunnerService
+from tests.fixtures.runner_calls import call
 
 DEADLINE = 10.0
 TOKEN = secrets.token_urlsafe(24)
@@ -65,27 +66,6 @@ async def start() -> AsyncIterator[Start]:
     yield start_runner
     for server in servers:
         await server.close()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DEADLINE)) as session:
-        yield session
-
-
-async def call(
-    http: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any, aiohttp.ClientResponse]:
-    async with http.request(method, url, json=body, headers=headers) as response:
-        text = await response.text()
-        try:
-            return response.status, orjson.loads(text), response
-        except orjson.JSONDecodeError:
-            return response.status, text, response
 
 
 def internal_calls(url: str) -> list[tuple[str, str, Any, dict[str, str]]]:

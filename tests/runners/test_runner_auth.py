@@ -42,6 +42,7 @@ from runners.server import SERVICE, create_app
 from runners.service import RunnerService
 from runners.webhooks import MAX_ANSWER_BYTES, open_session, post
 from tests.fixtures.processes import RUNNER_AUTH, RUNNER_TOKEN, Launcher, base_env
+from tests.fixtures.runner_calls import call
 from tests.fixtures.waiting import until
 from tests.runners.lifecycle_calls import KEY, SIGNERS, configure
 
@@ -110,27 +111,6 @@ async def start() -> AsyncIterator[Start]:
     yield start_runner
     for server in servers:
         await server.close()
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=DEADLINE)) as session:
-        yield session
-
-
-async def call(
-    http: aiohttp.ClientSession,
-    method: str,
-    url: str,
-    body: Any = None,
-    headers: dict[str, str] | None = None,
-) -> tuple[int, Any, aiohttp.ClientResponse]:
-    async with http.request(method, url, json=body, headers=headers) as response:
-        text = await response.text()
-        try:
-            return response.status, orjson.loads(text), response
-        except orjson.JSONDecodeError:
-            return response.status, text, response
 
 
 async def snapshots_until_terminal(response: aiohttp.ClientResponse) -> list[dict[str, Any]]:
