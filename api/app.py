@@ -31,7 +31,18 @@ from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
 from api.rate_limits import CreateRateLimit
 from api.request_ids import RequestIds
-from api.routes import account, fleet, health, models, predictions, run, streams, usage, webhooks
+from api.routes import (
+    account,
+    files,
+    fleet,
+    health,
+    models,
+    predictions,
+    run,
+    streams,
+    usage,
+    webhooks,
+)
 from api.settings import ApiSettings
 from api.waiter_shares import WaiterShares
 from director.queue import Queue
@@ -43,6 +54,10 @@ from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.files.links import FileLinks
+from tracker.files.retention import RetentionSweep
+from tracker.files.service import Files
+from tracker.files.settings import FileSettings
 from tracker.group_commit import Batcher
 from tracker.redis_connect import require_noeviction
 from tracker.store import insert_predictions
@@ -109,14 +124,15 @@ async def _open(
     policy = WebhookSettings().policy(settings.public_url or "")
     webhook_session = open_session(policy)
     stack.push_async_callback(webhook_session.close)
-    dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
+    lane = Lane(redis, engine, lane_env, on_wait=app.state.metrics.lane_wait.observe)
+    stack.push_async_callback(lane.stop)
+    # One reader of the fleet registry: the webhook guard follows the lane's view.
+    dispatcher = Dispatcher(engine, policy, webhook_session, fleet=lane.fleet)
     stack.push_async_callback(dispatcher.stop)
     queue = Queue(redis)
     stack.push_async_callback(queue.close)
     new_predictions = Batcher(functools.partial(insert_predictions, engine))
     stack.push_async_callback(new_predictions.close)
-    lane = Lane(redis, engine, lane_env, on_wait=app.state.metrics.lane_wait.observe)
-    stack.push_async_callback(lane.stop)
     hub = EventHub.for_url(
         settings.redis_url,
         redis,
@@ -130,6 +146,16 @@ async def _open(
         ),
     )
     stack.push_async_callback(hub.close)
+    file_settings = FileSettings()
+    file_store = file_settings.store()
+    stack.push_async_callback(file_store.close)
+    # Every replica sweeps; SKIP LOCKED shares the due rows between them.
+    retention = RetentionSweep(engine, file_store, file_settings).periodic(
+        file_settings.sweep_interval
+    )
+    stack.push_async_callback(retention.stop)
+    # Rendered per request under the request's base URL unless a public URL is set.
+    file_links = FileLinks((settings.public_url or "").rstrip("/"), signer)
     resources = Resources(
         settings=settings,
         engine=engine,
@@ -148,9 +174,11 @@ async def _open(
         create_limit=CreateRateLimit.configured(
             redis, settings.create_rate_limit, settings.create_rate_burst
         ),
+        files=Files(engine, file_store, file_links, file_settings),
     )
     await lane.start()
     dispatcher.start()
+    retention.start()
     hub.start()
     if settings.metrics_port is not None:
         metrics_server = MetricsServer(
@@ -182,8 +210,12 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(webhooks.router)
     app.include_router(usage.router)
     app.include_router(fleet.router)
+    app.include_router(files.router)
     app.include_router(health.router)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Uploads stream into the file store, held to the files' own limit (``api.routes.files``).
+    app.add_middleware(
+        BodySizeLimit, max_bytes=settings.max_body_bytes, exempt=[("POST", "/v1/files")]
+    )
     # Outside the size limit: an encoded body is refused before a byte of it is counted.
     app.add_middleware(RefuseContentEncoding)
     # Outside the size limit: a request with a body is authenticated before anything of it is

@@ -21,6 +21,7 @@ from tracker.capabilities import StreamSigner
 from tracker.catalog import AccountInfo
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.files.service import Files
 from tracker.group_commit import Batcher
 from tracker.render import PredictionLinks
 from tracker.store import NewPrediction
@@ -53,6 +54,8 @@ class Resources:
     lane: Lane | None = None
     #: Each account's rate of creates, shared by the replicas (None: not limited).
     create_limit: CreateRateLimit | None = None
+    #: Uploads, file outputs' delivery, and file references in inputs (``tracker.files``).
+    files: Files | None = None
 
     @property
     def reads(self) -> AsyncEngine:

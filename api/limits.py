@@ -2,9 +2,14 @@
 
 A pure ASGI middleware: it refuses at once when Content-Length is too large, and counts bytes
 as they arrive for chunked bodies, so an oversize request is never buffered whole.
+
+Routes that stream their body somewhere other than memory and hold it to a limit of their own
+(``POST /v1/files``) are exempt, named by method and path.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -13,12 +18,16 @@ from api.errors import PROBLEM_JSON
 
 
 class BodySizeLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, exempt: Collection[tuple[str, str]] = ()
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        #: (method, path) pairs the limit does not apply to.
+        self.exempt = frozenset(exempt)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or (scope["method"], scope["path"]) in self.exempt:
             await self.app(scope, receive, send)
             return
         if self._declared_too_large(scope):

@@ -151,6 +151,7 @@ async def create(
     # Canonical first: the schema's messages quote the values, which must be sendable.
     input_json = canonical_input(body.input, resources.settings.max_input_depth)
     check_input(destination.validator, body.input)
+    await check_file_references(resources, account, body.input)
     webhook, events = body.webhook, body.webhook_events_filter
     if webhook is None and body.webhook_completed:
         webhook, events = body.webhook_completed, ["completed"]
@@ -193,6 +194,21 @@ async def create(
         # does for an api that died between the commit and the enqueue.
         log.warning("prediction %s stored, queued once Redis answers: %r", new.id, error)
     return row, False
+
+
+async def check_file_references(
+    resources: Resources, account: AccountInfo, input: dict[str, Any], base_url: str | None = None
+) -> dict[str, Any]:
+    """Refuse an input whose file references (``/v1/files/{id}`` URLs) name anything but the
+    account's live uploads: 422 naming each field, before anything is stored. Returns the
+    input as a runner gets it (each reference a signed delivery URL under ``base_url``)."""
+    if resources.files is None:
+        return input
+    linked, errors = await resources.files.input_links(account.id, input, base_url)
+    if errors:
+        detail = "; ".join(f"{e.field}: {e.message}" for e in errors)
+        raise InvalidInput(detail, errors=[_err(e.field, e.message) for e in errors])
+    return linked
 
 
 async def cancel(

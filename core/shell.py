@@ -11,8 +11,9 @@ what drives it from the event loop, the same way for every core:
   callback at a time, so no lock is needed.
 * **the one timer**: an effect of the core's timer type (``ArmTimer(at)``) (re)arms the
   shell's single timer, replacing any earlier one; when it fires the core is fed
-  ``tick(instant)``. The loop may fire a hair early, so the instant is never before the one
-  asked for: the core sees the time it wanted.
+  ``tick(instant)``: :class:`Tick`, the one timer event every core shares. The loop may fire
+  a hair early, so the instant is never before the one asked for: the core sees the time it
+  wanted.
 * **the clock**: the loop's by default (monotonic seconds, the one every ``now`` and deadline
   of the cores uses); an injected :class:`Clock` (``time`` and ``call_at``, as an asyncio loop
   has) drives the shell without a loop.
@@ -29,12 +30,21 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 log = logging.getLogger(__name__)
 
 E = TypeVar("E")
 F = TypeVar("F")
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """The event every core's timer sends: the timer armed by the core's last timer effect
+    fired at ``now``, on the core's clock (a late or spurious one is harmless)."""
+
+    now: float
 
 
 class TimerHandle(Protocol):

@@ -54,6 +54,18 @@ class Attempt:
     #: The path segment that proves a webhook comes from the runner this attempt handed its
     #: URL to (compared in constant time by the receiver); never logged.
     secret: str = field(default_factory=new_secret, repr=False)
+    #: The prediction's account, once claimed: whose output files the receiver stores.
+    account_id: int | None = None
+    #: Why the runner's output cannot be kept (a file the store refused, a snapshot past
+    #: its limit): set once, and the attempt fails the prediction with it at once.
+    unkept: str | None = None
+    output_lost: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cannot_keep(self, reason: str) -> None:
+        """The runner's output cannot be kept: fail the prediction now, free the slot."""
+        if self.unkept is None:
+            self.unkept = reason
+            self.output_lost.set()
 
     @property
     def prediction_id(self) -> str:

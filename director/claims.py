@@ -111,6 +111,7 @@ async def attach(
     row: RowMapping,
     webhook: str,
     priority: str,
+    output_file_prefix: str | None = None,
 ) -> SnapshotFeed | None:
     """The run a dead director left behind, when this director's runner is still running it:
     from now on its snapshots come here, and nothing runs twice. Only a Conduit runner can be
@@ -120,7 +121,12 @@ async def attach(
     prediction_id = row["id"]
     try:
         feed = await runner.attach(
-            prediction_id, row["input"], webhook, tenant=str(row["account_id"]), priority=priority
+            prediction_id,
+            row["input"],
+            webhook,
+            tenant=str(row["account_id"]),
+            priority=priority,
+            output_file_prefix=output_file_prefix,
         )
     except RunnerError as error:
         log.info("could not ask the runner about %s: %r", prediction_id, error)

@@ -37,6 +37,7 @@ from core.unreachable import UNREACHABLE
 from director.attempts import Attempt
 from director.metrics import DirectorMetrics
 from director.observed import Observed
+from director.output_files import SAVE_ERRORS, DataUrlKeeper, unkept_reason
 from director.runner_monitor import RunnerMonitor
 from protocol import PredictionResponse, Priority, RunnerStatus
 from protocol.client import RunnerClient
@@ -54,7 +55,7 @@ _TERMINAL = {
     RunnerStatus.FAILED: Status.FAILED,
     RunnerStatus.CANCELED: Status.CANCELED,
 }
-Interruption = Literal["cancel", "limit", "quiet"]
+Interruption = Literal["cancel", "limit", "quiet", "unkept"]
 RERUN_AFTER_OUTPUT = (
     "prediction interrupted: its run was lost after it had streamed output, and a new run "
     "could contradict what was streamed; it is safe to retry"
@@ -77,6 +78,8 @@ class Execution:
         priority: str = Priority.NORMAL,
         backoff: StartBackoff | None = None,
         metrics: DirectorMetrics,
+        output_file_prefix: str | None = None,
+        keeper: DataUrlKeeper | None = None,
     ) -> None:
         self.runner = runner
         self.tracker = tracker
@@ -90,6 +93,8 @@ class Execution:
         self.priority = priority
         self.backoff = backoff or StartBackoff()
         self.metrics = metrics
+        self.output_file_prefix = output_file_prefix
+        self.keeper = keeper
         self.prediction_id = tracker.prediction_id
         self.tenant = str(tracker.state["account_id"])
         self._loop = asyncio.get_running_loop()
@@ -207,6 +212,7 @@ class Execution:
                     tenant=self.tenant,
                     priority=self.priority,
                     deadline=self._limit_at - self._loop.time(),
+                    output_file_prefix=self.output_file_prefix,
                 )
                 self._accepted_at = self._loop.time()
                 self._start_times = accepted.times
@@ -238,9 +244,13 @@ class Execution:
         stream breaks off, the runner sends the rest as webhooks instead."""
         try:
             async for snapshot in feed.snapshots():
+                if self.keeper is not None:
+                    snapshot.output = await self.keeper.keep(snapshot.output)
                 self.attempt.snapshots.put_nowait(snapshot)
         except UNREACHABLE as error:
             log.info("snapshot stream of %s broke off: %r", self.prediction_id, error)
+        except SAVE_ERRORS as error:
+            self.attempt.cannot_keep(unkept_reason(error))
         finally:
             feed.close()
 
@@ -264,6 +274,9 @@ class Execution:
                     return None  # fenced out: another attempt or a cancel owns it now
                 if result is not None:
                     return result
+            elif news == "unkept":  # the runner's output cannot be kept: fail it now
+                await self._cancel_on_runner()
+                return await self.tracker.finish(Status.FAILED, error=self.attempt.unkept)
             elif news == "quiet" and self._loop.time() < limit:
                 if self.monitor.generation != self.generation:
                     raise RunnerError(f"runner lost {self.prediction_id} (died or restarted)")
@@ -304,12 +317,13 @@ class Execution:
         ``seconds``; the caller decides whether that means its limit passed)."""
         if self.attempt.lease.lost:
             raise _Lost
-        if not self.attempt.snapshots.empty():
-            return self.attempt.snapshots.get_nowait()
+        if self.attempt.unkept is not None or not self.attempt.snapshots.empty():
+            return "unkept" if self.attempt.unkept else self.attempt.snapshots.get_nowait()
         if watch_cancel and self.attempt.cancel.is_set():
             return "cancel"
         getter = asyncio.ensure_future(self.attempt.snapshots.get())
-        waiters: set[asyncio.Future[Any]] = {getter}
+        lost = asyncio.ensure_future(self.attempt.output_lost.wait())
+        waiters: set[asyncio.Future[Any]] = {getter, lost}
         canceller = None
         if watch_cancel:
             canceller = asyncio.ensure_future(self.attempt.cancel.wait())
@@ -319,9 +333,12 @@ class Execution:
         )
         if canceller is not None:
             canceller.cancel()
+        lost.cancel()
         if getter in done:
             return getter.result()
         getter.cancel()
+        if lost in done:
+            return "unkept"
         if canceller is not None and canceller in done:
             return "cancel"
         return "quiet" if seconds > 0 else "limit"

@@ -22,8 +22,9 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Served:
-    """What the director serves through its runner, fixed for its lifetime."""
+class AdvertisedRunner:
+    """What the director advertises in the fleet registry about its runner, fixed for its
+    lifetime."""
 
     #: The runner's URL as api replicas reach it.
     url: str
@@ -44,13 +45,13 @@ class FleetMember:
         self,
         registry: FleetRegistry,
         monitor: RunnerMonitor,
-        served: Served,
+        advertised: AdvertisedRunner,
         stopping: asyncio.Event,
         interval: float,
     ) -> None:
         self.registry = registry
         self.monitor = monitor
-        self.served = served
+        self.advertised = advertised
         self.stopping = stopping
         self.interval = interval
         self._registered = False
@@ -59,17 +60,17 @@ class FleetMember:
         """The runner's entry as things stand."""
         capabilities = self.monitor.capabilities
         state = RunnerState.DRAINING if self.stopping.is_set() else self.monitor.state
-        served = self.served
+        advertised = self.advertised
         return FleetEntry(
-            id=served.entry_id,
-            url=served.url,
-            deployment=served.deployment,
-            version_id=served.version_id,
-            concurrency=capabilities.concurrency or served.concurrency,
+            id=advertised.entry_id,
+            url=advertised.url,
+            deployment=advertised.deployment,
+            version_id=advertised.version_id,
+            concurrency=capabilities.concurrency or advertised.concurrency,
             state=state,
             hardware=capabilities.hardware,
             heartbeat_at=time.time() if now is None else now,
-            director=served.director,
+            director=advertised.director,
             kind=capabilities.kind,
             runner_id=capabilities.id,
         )
@@ -100,6 +101,6 @@ class FleetMember:
     async def leave(self) -> None:
         """Delete the entry (the director is done); an outage leaves it to expire."""
         try:
-            await self.registry.deregister(self.served.entry_id)
+            await self.registry.deregister(self.advertised.entry_id)
         except TRANSIENT as error:
             log.warning("fleet entry left to expire: %r", error)

@@ -23,6 +23,7 @@ from director.deployment import ServedDeployment
 from director.execution import Execution
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
+from director.output_files import OutputStore
 from director.reclaim import Reclaimer
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
@@ -56,6 +57,7 @@ class AttemptHandler:
         webhook_url: Callable[[Attempt], str],
         on_cancel_ignored: Callable[[], None],
         metrics: DirectorMetrics,
+        output: OutputStore | None = None,
     ) -> None:
         self.settings = settings
         self.deployment = deployment
@@ -68,6 +70,8 @@ class AttemptHandler:
         self.webhook_url = webhook_url
         self.on_cancel_ignored = on_cancel_ignored
         self.metrics = metrics
+        #: Where output files go; None: the runner sends them inline, as data URLs.
+        self.output = output
         self.caps = Caps(settings.max_output_bytes, settings.max_log_bytes)
         self.backoff = StartBackoff(
             initial=settings.start_backoff_initial,
@@ -95,6 +99,7 @@ class AttemptHandler:
         if request_id := row.get("request_id"):  # this task's later lines carry the create's
             REQUEST_ID.set(request_id)
         attempt.lease.attempt = row["attempt"]
+        attempt.account_id = row["account_id"]
         if row["attempt"] > 1:
             log.info(
                 "claimed %s again (attempt %d, entry %s of %s, delivery %d)",
@@ -116,7 +121,9 @@ class AttemptHandler:
         # The attach hands the runner this attempt's URL: what the dead director's URL fed
         # before now feeds nothing.
         webhook = self.webhook_url(attempt)
-        feed = await attach(self.runner, self.monitor, row, webhook, self._priority(row))
+        feed = await attach(
+            self.runner, self.monitor, row, webhook, self._priority(row), self._files_url(webhook)
+        )
         if feed is not None:
             tracker = self._tracker(row, publishing, Lifecycle.resumed())
             return await self._execute(attempt, tracker, row, feed)
@@ -140,6 +147,10 @@ class AttemptHandler:
             caps=self.caps,
         )
 
+    def _files_url(self, webhook: str) -> str | None:
+        """Where the runner PUTs this attempt's output files (the receiver's files route)."""
+        return f"{webhook}/files/" if self.output is not None else None
+
     def _priority(self, row: RowMapping) -> str:
         # The request's own X-Priority wins over the deployment's.
         return str(row["priority"] or self.deployment.priority)
@@ -156,11 +167,15 @@ class AttemptHandler:
         if feed is None and deadline is not None and deadline <= datetime.now(UTC):
             return await self._settled(tracker, await tracker.finish(Status.ABORTED))
         cancel_in = (deadline - datetime.now(UTC)).total_seconds() if deadline else None
+        webhook = self.webhook_url(attempt)
+        keeper = None
+        if self.output is not None:
+            keeper = self.output.keeper(row["account_id"], attempt.prediction_id)
         execution = Execution(
             runner=self.runner,
             tracker=tracker,
             attempt=attempt,
-            webhook=self.webhook_url(attempt),
+            webhook=webhook,
             timeout=self.deployment.prediction_timeout,
             cancel_in=cancel_in,
             cancel_grace=self.settings.cancel_grace,
@@ -169,10 +184,20 @@ class AttemptHandler:
             priority=self._priority(row),
             backoff=self.backoff,
             metrics=self.metrics,
+            output_file_prefix=self._files_url(webhook),
+            keeper=keeper,
         )
         if feed is not None:  # a deadline already past cancels it on the runner at once
             return await self._settled(tracker, await execution.resume(feed))
-        return await self._settled(tracker, await execution.run(row["input"]))
+        input = row["input"]
+        if self.output is not None:
+            input, gone = await self.output.runner_input(row["account_id"], input)
+            if gone is not None:
+                error = f"Invalid input: {gone}"
+                return await self._settled(
+                    tracker, await tracker.finish(Status.FAILED, error=error)
+                )
+        return await self._settled(tracker, await execution.run(input))
 
     async def _dead_letter(self, attempt: Attempt, row: RowMapping, publishing: Publishing) -> bool:
         entry = attempt.entry

@@ -25,12 +25,13 @@ from director.claims import Claims
 from director.deployment import ServedDeployment, load_deployment
 from director.director import Director
 from director.drivers import DeploymentDriver, DeploymentDrivers
-from director.fleet_member import FleetMember, Served
+from director.fleet_member import AdvertisedRunner, FleetMember
 from director.handling import AttemptHandler
 from director.intake import Intake
 from director.leases import Heartbeats, Takeover
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
+from director.output_files import OutputStore
 from director.pool_slots import PoolSlots
 from director.probes import Probes
 from director.queue import Queue
@@ -47,6 +48,9 @@ from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
+from tracker.files.links import FileLinks
+from tracker.files.service import Files
+from tracker.files.settings import FileSettings
 from tracker.fleet import FleetRegistry
 from tracker.ledger import Ledger
 from tracker.redis_connect import require_noeviction
@@ -80,11 +84,13 @@ def build_director(
     outbound: Outbound,
     webhook_url: Callable[[Attempt], str],
     metrics: DirectorMetrics,
+    output: OutputStore | None = None,
 ) -> Director:
     """A director and its parts. ``served``: each deployment with its runner (and pool slot
     model), in the order given. ``ledger``: the process's way into prediction rows.
     ``webhook_url(attempt)``: where the runner sends that claimed attempt's snapshots (the
-    receiver, which shares ``attempts``; the URL holds the attempt's secret)."""
+    receiver, which shares ``attempts``; the URL holds the attempt's secret). ``output``: where
+    output files go (None: runners send them inline)."""
     queue = Queue(redis)
     reclaimer = Reclaimer(queue, consumer)
     heartbeats = Heartbeats(
@@ -112,6 +118,7 @@ def build_director(
                 webhook_url,
                 suspicion,
                 metrics,
+                output,
             )
             for d, runner, model in served
         ]
@@ -176,6 +183,7 @@ def _lane(
     webhook_url: Callable[[Attempt], str],
     suspicion: Suspicion,
     metrics: DirectorMetrics,
+    output: OutputStore | None,
 ) -> DeploymentDriver:
     monitor = RunnerMonitor(runner, settings.runner_check_interval, settings.runner_check_failures)
     handler = AttemptHandler(
@@ -190,6 +198,7 @@ def _lane(
         webhook_url=webhook_url,
         on_cancel_ignored=functools.partial(suspicion.ignored_cancel, monitor),
         metrics=metrics,
+        output=output,
     )
     return DeploymentDriver(deployment, runner, monitor, handler, model)
 
@@ -233,7 +242,7 @@ def _fleet_member(
     settings: DirectorSettings, director: Director, driver: DeploymentDriver, route: Route
 ) -> FleetMember:
     """Keeps one runner's fleet entry written while the director runs."""
-    served = Served(
+    advertised = AdvertisedRunner(
         url=settings.fleet_url(route),
         deployment=driver.deployment.name,
         version_id=driver.deployment.version_id,
@@ -243,7 +252,7 @@ def _fleet_member(
     return FleetMember(
         FleetRegistry(director.redis, settings.fleet_ttl_seconds),
         driver.monitor,
-        served,
+        advertised,
         director.stopping,
         settings.fleet_heartbeat_interval,
     )
@@ -264,6 +273,8 @@ def _json(value: object) -> str:
 
 async def serve(settings: DirectorSettings) -> None:
     routes = settings.routes()
+    file_settings = FileSettings()
+    file_store = file_settings.store()  # a misconfigured store stops it before anything runs
     redis = connect_redis(settings.redis_url)
     try:
         # Before anything starts (receiver, webhooks, the fleet entry): a director refused
@@ -281,14 +292,23 @@ async def serve(settings: DirectorSettings) -> None:
     )
     attempts = Attempts(settings.concurrency)
     metrics = DirectorMetrics()
-    receiver = Receiver(
-        settings.receiver_host, settings.receiver_port, settings.receiver_url, attempts, metrics
-    )
     policy = WebhookSettings().policy(settings.public_url)
     webhook_session = open_session(policy)
     dispatcher = Dispatcher(engine, policy, webhook_session, redis=redis)
     # Webhook bodies and final events carry urls.stream signed with the key the api checks.
     signer = StreamUrlSettings().signer(redis)
+    # Output files' URLs are delivery URLs the api serves, signed with the same key.
+    files = Files(engine, file_store, FileLinks(policy.public_url, signer), file_settings)
+    output = OutputStore(files, file_settings.inline_max)
+    receiver = Receiver(
+        settings.receiver_host,
+        settings.receiver_port,
+        settings.receiver_url,
+        attempts,
+        metrics,
+        output=output,
+        upload_token=settings.upload_token,
+    )
     outbound = Outbound(
         engine,
         EventLog(redis, settings.events_retention, settings.events_max_len),
@@ -318,6 +338,7 @@ async def serve(settings: DirectorSettings) -> None:
             outbound=outbound,
             webhook_url=receiver.webhook_url,
             metrics=metrics,
+            output=output,
         )
         receiver.probes = Probes(
             director,
@@ -355,6 +376,7 @@ async def serve(settings: DirectorSettings) -> None:
         await dispatcher.stop()
         await webhook_session.close()
         await receiver.stop()
+        await file_store.close()
         await session.close()
         await redis.aclose()
         await engine.dispose()

@@ -10,8 +10,19 @@ so snapshots sent to an old URL feed nothing.
 
 Every path that does not name an attempt in flight here by its secret (a wrong secret, another
 attempt's, an attempt that ended, the path shape of earlier releases) gets the same 404, and
-secrets are compared in constant time: the answer tells nothing about which part was wrong. A
-body past ``max_body`` (16 MiB) is refused with 413 before anything is taken from it.
+secrets are compared in constant time: the answer tells nothing about which part was wrong.
+
+A webhook body is read as it streams (:mod:`director.webhook_body`): the runner's echo of the
+input is dropped, and each output data URL past ``inline_max`` decoded bytes is streamed into
+the store and replaced by its file's URL. What remains may be at most ``max_body`` (16 MiB);
+past it the body is refused with 413. Output files come on their own too: a Conduit runner
+PUTs them to ``/runner/<prediction id>/<attempt>/<secret>/files/<name>`` (the request's
+``output_file_prefix``), stock Cog to ``/upload/<name>`` (its ``--upload-url``) with the
+prediction's id in ``X-Prediction-ID``, which must name an attempt in flight here (with
+``CONDUIT_DIRECTOR_UPLOAD_TOKEN`` set, the path is ``/upload/<token>/<name>``). Either is
+answered 201 with the file's URL in ``Location``. An output the receiver cannot keep (the
+store refused a file, a snapshot past its limit) fails the prediction at once
+(``Attempt.cannot_keep``): the runner's retries could not make it fit.
 
 The receiver listens on loopback unless told otherwise (``CONDUIT_DIRECTOR_RECEIVER_HOST``);
 ``CONDUIT_DIRECTOR_RECEIVER_URL`` is how runners on other hosts reach it, when it listens on
@@ -27,6 +38,7 @@ from __future__ import annotations
 import hmac
 import logging
 import socket
+from collections.abc import AsyncIterable
 from typing import Any, Protocol
 
 import orjson
@@ -34,9 +46,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import ValidationError
 
-from director.attempts import Attempt, Attempts, new_secret
+from core.unreachable import UNREACHABLE
+from director.attempts import Attempt, Attempts, Stage, new_secret
 from director.metrics import DirectorMetrics
+from director.output_files import SAVE_ERRORS, OutputStore, unkept_reason
+from director.snapshot_files import FileStart, ScanError, SnapshotScanner
+from director.webhook_body import BodyTooLarge, Reading, reduced_snapshot
 from protocol import PredictionResponse
+from tracker.files.store import TooLarge
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +67,9 @@ MAX_BODY = 16 * 1024 * 1024
 LINGER = 1.0
 PROBLEM_JSON = "application/problem+json"
 PATH_PREFIX = "/runner/"
+UPLOAD_PREFIX = "/upload/"
+#: Bytes read from a request body at a time.
+CHUNK_BYTES = 256 * 1024
 #: Compared against when no attempt matches, so an unknown prediction costs the same as a
 #: wrong secret.
 _DECOY = new_secret().encode()
@@ -87,6 +107,8 @@ class Receiver:
         attempts: Attempts,
         metrics: DirectorMetrics,
         max_body: int = MAX_BODY,
+        output: OutputStore | None = None,
+        upload_token: str | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -94,6 +116,9 @@ class Receiver:
         self.attempts = attempts
         self.metrics = metrics
         self.max_body = max_body
+        #: Where output files go; None: data URLs stay inline and uploads are refused (404).
+        self.output = output
+        self.upload_token = upload_token
         self._runner: web.AppRunner | None = None
         #: Set once the director is built; until then it is live and not ready (starting).
         self.probes: Probes | None = None
@@ -115,6 +140,8 @@ class Receiver:
         # One route for every /runner/ path, so a path of the wrong shape is answered exactly
         # as a wrong secret is (aiohttp's own 404 would differ).
         app.router.add_post(PATH_PREFIX + "{path:.*}", self._webhook)
+        app.router.add_put(PATH_PREFIX + "{path:.*}", self._attempt_file)
+        app.router.add_put(UPLOAD_PREFIX + "{path:.*}", self._cog_upload)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/livez", self._livez)
@@ -169,12 +196,26 @@ class Receiver:
         if target is None:
             log.debug("runner webhook refused: no attempt in flight answers to its URL")
             return _not_found()
-        if request.content_length is not None and request.content_length > self.max_body:
-            return self._too_large(target)
+        output = self.output
+        scanner = SnapshotScanner(output.inline_max if output is not None else None)
+        reading = Reading(request.content.iter_chunked(CHUNK_BYTES))
+
+        async def save(start: FileStart, chunks: AsyncIterable[bytes]) -> str:
+            assert output is not None and target.account_id is not None
+            return await output.files.save_output(
+                target.account_id, target.prediction_id, start.name, start.content_type, chunks
+            )
+
         try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:  # chunked, so only reading told
+            body = await reduced_snapshot(reading, scanner, self.max_body, save)
+        except BodyTooLarge:
             return self._too_large(target)
+        except (ScanError, *SAVE_ERRORS, *UNREACHABLE) as error:
+            if reading.error is not None or isinstance(error, ScanError):
+                return self._unreadable(target, reading.error or error)
+            if isinstance(error, SAVE_ERRORS):
+                return self._unkept(target, error)
+            raise
         try:
             snapshot = PredictionResponse.model_validate_json(body)
         except ValidationError as error:
@@ -187,9 +228,59 @@ class Receiver:
         target.snapshots.put_nowait(snapshot)
         return web.json_response({})
 
+    def _unreadable(self, target: Attempt, error: BaseException) -> web.Response:
+        log.warning("unreadable runner webhook for %s: %s", target.prediction_id, error)
+        return _problem(400, "Bad Request", f"invalid snapshot: {error}", field="body")
+
+    def _unkept(self, target: Attempt, error: BaseException) -> web.Response:
+        """A file of the run's output the store refused: the prediction fails with it."""
+        target.cannot_keep(unkept_reason(error))
+        if isinstance(error, TooLarge):
+            return _problem(413, "Content Too Large", str(error), field="body")
+        return _problem(503, "Service Unavailable", unkept_reason(error))
+
+    async def _attempt_file(self, request: web.Request) -> web.Response:
+        """``PUT /runner/<prediction id>/<attempt>/<secret>/files/<name>``: an output file."""
+        addressee, _, name = request.match_info["path"].partition("/files/")
+        target = self._addressee(addressee)
+        if target is None or not name:
+            return _not_found()
+        return await self._keep_file(request, target, name)
+
+    async def _cog_upload(self, request: web.Request) -> web.Response:
+        """``PUT /upload/[<token>/]<name>``: stock Cog's upload of an output file."""
+        name = request.match_info["path"]
+        if self.upload_token is not None:
+            token, _, name = name.partition("/")
+            if not hmac.compare_digest(token.encode(), self.upload_token.encode()):
+                return _not_found()
+        target = self.attempts.for_prediction(request.headers.get("X-Prediction-ID", ""))
+        if target is None or target.stage is not Stage.RUNNING or not name:
+            return _not_found()
+        return await self._keep_file(request, target, name)
+
+    async def _keep_file(self, request: web.Request, target: Attempt, name: str) -> web.Response:
+        if self.output is None or target.account_id is None:
+            return _not_found()
+        content_type = request.headers.get("Content-Type", "application/octet-stream")
+        reading = Reading(request.content.iter_chunked(CHUNK_BYTES))
+        try:
+            url = await self.output.files.save_output(
+                target.account_id, target.prediction_id, name, content_type, reading.chunks()
+            )
+        except (*SAVE_ERRORS, *UNREACHABLE) as error:
+            if reading.error is not None:
+                log.info("output file upload of %s broke off: %r", target.prediction_id, error)
+                return _problem(400, "Bad Request", "the upload broke off", field="body")
+            if isinstance(error, SAVE_ERRORS):
+                return self._unkept(target, error)
+            raise
+        return web.json_response({"url": url}, status=201, headers={"Location": url})
+
     def _too_large(self, target: Attempt) -> web.Response:
         log.warning(
             "runner webhook for %s refused: body over %d bytes", target.prediction_id, self.max_body
         )
         detail = f"a snapshot may be at most {self.max_body} bytes"
+        target.cannot_keep(f"the snapshot passed the limit of {self.max_body} bytes")
         return _problem(413, "Content Too Large", detail, field="body")

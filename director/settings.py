@@ -71,6 +71,9 @@ class DirectorSettings(BaseSettings):
     receiver_port: int = 0
     #: How runners reach the receiver, when not ``http://receiver_host:receiver_port``.
     receiver_url: str | None = None
+    #: With it, stock Cog uploads output files to ``{receiver}/upload/<token>/`` (its
+    #: ``--upload-url``) rather than ``{receiver}/upload/``.
+    upload_token: str | None = Field(None, repr=False)
     #: Seconds to let in-flight predictions finish after SIGTERM.
     shutdown_grace: float = 30.0
     #: Seconds a runner gets to confirm a cancel before the director records it anyway.

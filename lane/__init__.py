@@ -35,7 +35,6 @@ from lane.events import (
     RejectReason,
     RunnersChanged,
     RunnerSlot,
-    Tick,
     band_of,
 )
 from lane.records import LaneConfig, LaneCounters
@@ -58,7 +57,6 @@ __all__ = [
     "RejectReason",
     "RunnerSlot",
     "RunnersChanged",
-    "Tick",
     "band_of",
     "member_index",
     "slice_permits",

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import random
 
+from core.shell import Tick
 from lane.budget import RetryBudget
 from lane.estimate import ServiceTime, retry_after
 from lane.events import (
@@ -40,7 +41,6 @@ from lane.events import (
     Reject,
     RejectReason,
     RunnersChanged,
-    Tick,
 )
 from lane.queue import FairQueue, account_cap
 from lane.records import LaneConfig, LaneCounters, LaneDeployment, LaneRequest

@@ -14,6 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from core.shell import Tick
 from protocol import Priority
 
 
@@ -88,13 +89,6 @@ class Done:
     now: float
     retry_after: float | None = None
     """Seconds, from the refusal's ``Retry-After``; only read with ``Outcome.REFUSED``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """The timer armed by the last ``ArmTimer`` fired (a late or spurious one is harmless)."""
-
-    now: float
 
 
 @dataclass(frozen=True, slots=True)

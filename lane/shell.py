@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.shell import Shell
+from core.shell import Shell, Tick
 from lane.core import LaneCore
 from lane.events import (
     ArmTimer,
@@ -33,7 +33,6 @@ from lane.events import (
     Reject,
     RunnersChanged,
     RunnerSlot,
-    Tick,
 )
 from lane.records import LaneConfig, LaneCounters
 

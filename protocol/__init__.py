@@ -252,6 +252,9 @@ class PredictionRequest(BaseModel):
     webhook_events_filter: list[WebhookEvent] = Field(
         default_factory=lambda: list(ALL_WEBHOOK_EVENTS)
     )
+    #: Cog's field: file outputs are uploaded by ``PUT {prefix}{filename}`` and become the
+    #: answer's ``Location``; without it they are sent as ``data:`` URLs.
+    output_file_prefix: str | None = None
 
 
 class PredictionResponse(BaseModel):

@@ -96,6 +96,7 @@ class RunnerClient:
         tenant: str | None = None,
         priority: str = Priority.NORMAL,
         deadline: float | None = None,
+        output_file_prefix: str | None = None,
     ) -> Accepted:
         """``PUT /predictions/<id>`` with ``Prefer: respond-async``; returns once accepted.
 
@@ -111,9 +112,12 @@ class RunnerClient:
         (``X-Conduit-Deadline``). Raises what :func:`protocol.errors.error_for` makes of any
         other verdict: a ``RunnerRefused`` when it will not take the prediction now,
         ``OutOfTime`` or ``CannotServe`` when a model pool cannot run it.
+        ``output_file_prefix``: where the runner PUTs the prediction's output files.
         """
         extra = {} if deadline is None else {wire.DEADLINE: f"{max(0.0, deadline):.3f}"}
-        return await self._put(prediction_id, input, webhook, tenant, priority, extra)
+        return await self._put(
+            prediction_id, input, webhook, tenant, priority, extra, output_file_prefix
+        )
 
     async def attach(
         self,
@@ -122,6 +126,7 @@ class RunnerClient:
         webhook: str,
         tenant: str | None = None,
         priority: str = Priority.NORMAL,
+        output_file_prefix: str | None = None,
     ) -> SnapshotFeed | None:
         """Follow a run a Conduit runner is still running (its director died): the same
         ``PUT`` with ``If-Match: *``, which starts nothing. The feed of its snapshots, the
@@ -132,7 +137,13 @@ class RunnerClient:
         """
         try:
             accepted = await self._put(
-                prediction_id, input, webhook, tenant, priority, {wire.IF_MATCH: wire.ATTACH}
+                prediction_id,
+                input,
+                webhook,
+                tenant,
+                priority,
+                {wire.IF_MATCH: wire.ATTACH},
+                output_file_prefix,
             )
             return accepted.feed
         except NotRunning:
@@ -146,6 +157,7 @@ class RunnerClient:
         tenant: str | None,
         priority: str,
         extra_headers: dict[str, str],
+        output_file_prefix: str | None = None,
     ) -> Accepted:
         headers = {
             wire.PREFER: wire.RESPOND_ASYNC,
@@ -157,8 +169,11 @@ class RunnerClient:
         if tenant is not None:
             headers[wire.TENANT_ID] = tenant
         # Every webhook event (the default): the director decides what reaches the client.
-        request = wire.PredictionRequest(id=prediction_id, input=input, webhook=webhook)
-        body = request.model_dump(mode="json", exclude={"context"})
+        request = wire.PredictionRequest(
+            id=prediction_id, input=input, webhook=webhook, output_file_prefix=output_file_prefix
+        )
+        left_out = {"context"} if output_file_prefix else {"context", "output_file_prefix"}
+        body = request.model_dump(mode="json", exclude=left_out)
         url = self.base_url + wire.PREDICTION_PATH.format(id=prediction_id)
         try:
             async with asyncio.timeout(START_ANSWER_TIMEOUT):

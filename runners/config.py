@@ -114,6 +114,19 @@ class RunnerConfig(BaseSettings):
         None, validation_alias=_env("memory_limit", "CONDUIT_RUNNER_MEMORY_LIMIT")
     )
     """Optional cap on the process's RSS in bytes; above it ``/health`` reports OOM."""
+    file_max_bytes: int = Field(
+        100 * 1024 * 1024,
+        gt=0,
+        validation_alias=_env("file_max_bytes", "CONDUIT_RUNNER_FILE_MAX_BYTES"),
+    )
+    """Largest file input a prediction downloads (or decodes from a data URL), in bytes."""
+    file_read_timeout: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=_env("file_read_timeout", "CONDUIT_RUNNER_FILE_READ_TIMEOUT"),
+    )
+    """Seconds a file download or output upload may wait for its peer between reads; a whole
+    transfer has no limit of its own (a large file on a slow link is not a fault)."""
     access_log: bool = Field(
         False, validation_alias=_env("access_log", "CONDUIT_RUNNER_ACCESS_LOG")
     )

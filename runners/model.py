@@ -5,13 +5,19 @@ output is the list of them, streamed as it grows) or a coroutine returning one v
 Raising from ``predict`` fails the prediction (status ``failed``, ``error`` = the message);
 cancellation arrives as :class:`asyncio.CancelledError` at the model's next ``await``.
 ``predict`` runs on the server's event loop, so blocking work belongs in a thread
-(``asyncio.to_thread``) or another process. Outputs must be JSON-serialisable.
+(``asyncio.to_thread``) or another process. Outputs must be JSON-serialisable, or be (or hold)
+:class:`pathlib.Path` files, which leave as URLs (:mod:`runners.file_outputs`); file inputs
+arrive as :class:`pathlib.Path` (:mod:`runners.file_inputs`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from runners.cache import CacheView
@@ -58,6 +64,20 @@ class PredictContext:
         self.model_cache_hits = 0
         self.model_cache_misses = 0
         self._sink = sink
+        self._scratch: Path | None = None
+
+    def scratch_dir(self) -> Path:
+        """A directory of this prediction's own, for its files (downloaded inputs, outputs
+        being made); removed with everything in it once the prediction has ended and its
+        outputs have been handed over."""
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="conduit-prediction-"))
+        return self._scratch
+
+    async def discard_scratch(self) -> None:
+        if self._scratch is not None:
+            path, self._scratch = self._scratch, None
+            await asyncio.to_thread(shutil.rmtree, path, ignore_errors=True)
 
     def cache_used(self, hit: bool, tokens_reused: int = 0) -> None:
         """Record that (part of) this prediction was served from a cache."""

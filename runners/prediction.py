@@ -16,6 +16,7 @@ import orjson
 
 from protocol import RunnerStatus, WebhookEvent
 from runners.cache import CacheView
+from runners.files import PredictionFiles
 from runners.model import Model, PredictContext
 from runners.scheduler import Scheduler, Ticket
 from runners.webhooks import SnapshotSink
@@ -41,6 +42,7 @@ class Prediction:
         tenant: str = "default",
         cache: CacheView | None = None,
         on_gpu: bool = False,
+        files: PredictionFiles | None = None,
     ) -> None:
         self.id = prediction_id
         self.ticket = ticket
@@ -54,6 +56,7 @@ class Prediction:
         self.error: str | None = None
         self.predict_time: float | None = None
         self._webhook = webhook
+        self._files = files
         self._iterator = False
         self._outputs: list[Any] = []
         self._value: Any = None
@@ -153,14 +156,17 @@ class Prediction:
         self._started = time.monotonic()
         self.status = RunnerStatus.PROCESSING
         self._emit(WebhookEvent.START)
-        result = model.predict(self.input, self._ctx)
+        files = self._files
+        inputs = self.input if files is None else await files.inputs(self.input, self._ctx)
+        result = model.predict(inputs, self._ctx)
         if isinstance(result, AsyncIterator):
             self._iterator = True
             async for item in result:
-                self._outputs.append(_jsonable(item))
+                self._outputs.append(_jsonable(item if files is None else await files.output(item)))
                 self._emit(WebhookEvent.OUTPUT)
         else:
-            self._value = _jsonable(await result)
+            value = await result
+            self._value = _jsonable(value if files is None else await files.output(value))
 
     async def _drive(
         self, model_task: asyncio.Task[None], on_finish: Callable[[Prediction], None]
@@ -170,6 +176,7 @@ class Prediction:
         except asyncio.CancelledError:
             model_task.cancel()
             raise
+        await self._ctx.discard_scratch()
         error = None if model_task.cancelled() else model_task.exception()
         if model_task.cancelled() or self._cancel_requested:
             self.status = RunnerStatus.CANCELED

@@ -18,7 +18,9 @@ from typing import Any, Literal
 import protocol as wire
 from runners import COG_VERSION
 
-InputType = Literal["string", "integer", "number", "boolean"]
+InputType = Literal["string", "integer", "number", "boolean", "file"]
+"""``file`` is Cog's ``Path``: a URL on the wire (``{"type": "string", "format": "uri"}``), a
+local :class:`pathlib.Path` by the time the model sees it (:mod:`runners.file_inputs`)."""
 
 _COG_STATUS_ORDER = (
     wire.RunnerStatus.STARTING,
@@ -87,7 +89,10 @@ def _input_property(order: int, field: InputField) -> tuple[dict[str, Any], dict
         prop["allOf"] = [{"$ref": f"#/components/schemas/{field.name}"}]
     else:
         prop["title"] = title_case(field.name)
-        prop["type"] = field.type
+        if field.type == "file":
+            prop.update(type="string", format="uri")
+        else:
+            prop["type"] = field.type
     if field.default is not NO_DEFAULT:
         prop["default"] = field.default
     if field.nullable:

@@ -30,6 +30,8 @@ from runners.config import RunnerConfig
 from runners.control_errors import LifecycleConflictError, UnknownModelError
 from runners.control_plane import op_token_verifier
 from runners.errors import ModelNotLoadedError, NotReadyError, RateLimit, RateLimitedError
+from runners.file_inputs import file_fields
+from runners.files import PredictionFiles
 from runners.lifecycle import LoadTask, ModelLifecycle, ModelState, Unloaded
 from runners.metrics import RunnerMetrics
 from runners.model import Model, ModelCacheFlush
@@ -96,6 +98,7 @@ class RunnerService:
         self.runner_id = config.runner_id or f"{socket.gethostname()}:{os.getpid()}"
         self.schema = model.openapi_schema()
         self.validator = InputValidator(self.schema)
+        self.file_fields = file_fields(self.schema)
         self.webhooks = WebhookDispatcher(config)
         self.lifecycle = ModelLifecycle(model)
         self.scheduler = Scheduler(concurrency, config.max_queue_depth)
@@ -252,6 +255,9 @@ class RunnerService:
             tenant=options.tenant,
             cache=cache,
             on_gpu=self.model.device.startswith("cuda"),
+            files=PredictionFiles(
+                self.webhooks.session, self.file_fields, request.output_file_prefix, self.config
+            ),
         )
         self._inflight[prediction_id] = prediction
         driver = prediction.start(self.model, self._release)

@@ -60,9 +60,10 @@ class Verdict(enum.Enum):
     EXPIRED = "expired"
 
 
-def _signature(key: bytes, prediction_id: str, exp: int) -> str:
-    # The id is length-prefixed: no choice of id and expiry can spell another pair's message.
-    message = f"stream\n{len(prediction_id)}:{prediction_id}\n{exp}".encode()
+def _signature(key: bytes, subject: str, exp: int, purpose: str = "stream") -> str:
+    # The subject is length-prefixed: no choice of subject and expiry can spell another pair's
+    # message; the purpose keeps a signature made for one use from being valid for another.
+    message = f"{purpose}\n{len(subject)}:{subject}\n{exp}".encode()
     digest = hmac.new(key, message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
@@ -104,15 +105,46 @@ class StreamSigner:
         return f"exp={exp}&sig={_signature(self._keys[0], prediction_id, exp)}"
 
     def verify(self, prediction_id: str, exp: str | None, sig: str | None) -> Verdict:
+        return self._verify("stream", prediction_id, exp, sig, forever=False)
+
+    def sign(self, purpose: str, subject: str, exp: int) -> str | None:
+        """The signature of ``subject`` for ``purpose`` (not ``stream``) until ``exp`` (unix
+        seconds; 0: for ever), or None without a key."""
+        if not self._keys:
+            return None
+        return _signature(self._keys[0], subject, exp, purpose)
+
+    def verify_signed(
+        self, purpose: str, subject: str, exp: str | None, sig: str | None
+    ) -> Verdict:
+        """What a :meth:`sign` signature is worth; ``exp`` 0 never expires."""
+        return self._verify(purpose, subject, exp, sig, forever=True)
+
+    async def check_signed(
+        self, purpose: str, subject: str, exp: str | None, sig: str | None
+    ) -> Verdict:
+        """:meth:`verify_signed`, re-reading the shared key once when refused (as :meth:`check`)."""
+        verdict = self.verify_signed(purpose, subject, exp, sig)
+        if verdict is Verdict.FORGED and exp is not None and sig is not None:
+            if await self.reload():
+                verdict = self.verify_signed(purpose, subject, exp, sig)
+        return verdict
+
+    def _verify(
+        self, purpose: str, subject: str, exp: str | None, sig: str | None, *, forever: bool
+    ) -> Verdict:
         if exp is None or sig is None or not _EXP.fullmatch(exp) or not _SIG.fullmatch(sig):
             return Verdict.FORGED
         expires = int(exp)
         # Every key is tried, whatever matches: the time taken says nothing of which one did.
         matches = [
-            hmac.compare_digest(_signature(key, prediction_id, expires), sig) for key in self._keys
+            hmac.compare_digest(_signature(key, subject, expires, purpose), sig)
+            for key in self._keys
         ]
         if not any(matches):
             return Verdict.FORGED
+        if forever and expires == 0:
+            return Verdict.VALID
         return Verdict.VALID if expires > self._clock() else Verdict.EXPIRED
 
     async def check(self, prediction_id: str, exp: str | None, sig: str | None) -> Verdict:

@@ -35,6 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core.transient import TRANSIENT, persistently
+from tracker.fleet import FleetView
 from tracker.render import PredictionLinks, render_prediction
 from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
@@ -132,13 +133,17 @@ class Dispatcher:
         policy: WebhookPolicy,
         session: aiohttp.ClientSession,
         redis: Redis | None = None,
+        fleet: FleetView | None = None,
     ) -> None:
         """With ``redis``, ``policy.refused`` follows the fleet registry while the dispatcher
-        runs (:mod:`tracker.webhook_targets`): no webhook of this process reaches a runner."""
+        runs (:mod:`tracker.webhook_targets`): no webhook of this process reaches a runner.
+        With ``fleet``, a view the process already keeps, it follows that instead of reading
+        the registry a second time."""
         self.engine = engine
         self.policy = policy
         self.session = session
-        self.targets = None if redis is None else FleetTargets(redis, policy.refused)
+        source = fleet if fleet is not None else redis
+        self.targets = None if source is None else FleetTargets(source, policy.refused)
         self._wake = asyncio.Event()
         self._inflight: set[asyncio.Task[None]] = set()
         #: Deliveries in flight per account; an account is absent when it has none.

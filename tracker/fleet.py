@@ -187,7 +187,8 @@ class FleetView:
     Lookups read the copy: no Redis round trip per request. While Redis is away the last
     copy is kept (a runner's own refusal corrects a stale view). ``on_change(entries)`` is
     called after a refresh that changed anything but heartbeat times (a runner joined, left,
-    or changed state, URL or concurrency).
+    or changed state, URL or concurrency); so is every listener :meth:`subscribe` adds, so one
+    view serves every reader of a process.
     """
 
     def __init__(
@@ -198,7 +199,9 @@ class FleetView:
     ) -> None:
         self.redis = redis
         self.interval = interval
-        self.on_change = on_change
+        self._listeners: list[Callable[[Mapping[str, FleetEntry]], None]] = []
+        if on_change is not None:
+            self._listeners.append(on_change)
         self._entries: Mapping[str, FleetEntry] = MappingProxyType({})
         self._ready: dict[str, tuple[FleetEntry, ...]] = {}
         self._ready_versions: dict[str, tuple[FleetEntry, ...]] = {}
@@ -207,6 +210,10 @@ class FleetView:
         self._refreshes = Periodic(
             "fleet-view", interval, self.refresh, "fleet view refresh", log, TRANSIENT
         )
+
+    def subscribe(self, listener: Callable[[Mapping[str, FleetEntry]], None]) -> None:
+        """Also call ``listener(entries)`` after every refresh that changes the fleet."""
+        self._listeners.append(listener)
 
     @property
     def entries(self) -> Mapping[str, FleetEntry]:
@@ -238,8 +245,9 @@ class FleetView:
         self._entries = MappingProxyType(entries)
         self._ready = {name: tuple(group) for name, group in ready.items()}
         self._ready_versions = {name: tuple(group) for name, group in versions.items()}
-        if changed and self.on_change is not None:
-            self.on_change(self._entries)
+        if changed:
+            for listener in self._listeners:
+                listener(self._entries)
 
     async def start(self) -> None:
         """Read once (a failure is logged, not raised), then keep refreshing in the

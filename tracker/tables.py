@@ -148,6 +148,8 @@ class Prediction(Base):
             "status",
             postgresql_where=f"status IN {sql_list(UNFINISHED)}",
         ),
+        # Finished predictions whose data is still kept, for the retention sweep.
+        Index("ix_predictions_retention", "completed_at", postgresql_where="NOT data_removed"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -254,3 +256,38 @@ class UsageRecord(Base):
     #: What is billed: predict_time for anything that ran, 0 for aborted predictions.
     billable_seconds: Mapped[float] = mapped_column(Float, server_default="0")
     created_at: Mapped[datetime] = _now()
+
+
+class File(Base):
+    """A file's record: who owns it, what it is and when it goes. Its bytes live in the file
+    store (``tracker.files``) under ``storage_key``; the row is written only once the store
+    holds every byte."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        Index("ix_files_account_created", "account_id", "created_at", "id"),
+        Index("ix_files_expires_at", "expires_at"),
+        Index("ix_files_prediction_id", "prediction_id"),
+        Index("ix_files_deleted_at", "deleted_at", postgresql_where="deleted_at IS NOT NULL"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    #: ``upload`` (``POST /v1/files``) or ``output`` (a prediction's output file).
+    kind: Mapped[str] = mapped_column(String(16))
+    #: The prediction an output file belongs to (no foreign key: outputs may be stored while
+    #: their prediction's row is being written, and outlive nothing of it).
+    prediction_id: Mapped[str | None] = mapped_column(String(32))
+    name: Mapped[str] = mapped_column(String(255))
+    content_type: Mapped[str] = mapped_column(String(255))
+    size: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    md5: Mapped[str] = mapped_column(String(32))
+    etag: Mapped[str] = mapped_column(String(128))
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
+    storage_key: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    #: When the retention sweep removes it; NULL: kept until deleted.
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: Set by ``DELETE``: invisible at once; the row goes once the store let go of the bytes.
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

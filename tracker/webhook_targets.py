@@ -38,18 +38,26 @@ class FleetTargets:
 
     def __init__(
         self,
-        redis: Redis,
+        fleet: Redis | FleetView,
         refused: RefusedEndpoints,
         interval: float = DEFAULT_INTERVAL,
         remember: float = DEFAULT_REMEMBER,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``fleet``: Redis, to read the registry every ``interval`` seconds; or a view that
+        another part of the process keeps (the api's lane), which that part starts and
+        stops: the registry is then read once for both."""
         self.refused = refused
         self.remember = remember
         self.clock = clock
         #: Runner URL -> when it was last in the registry (by ``clock``).
         self._seen: dict[str, float] = {}
-        self.view = FleetView(redis, interval, on_change=self.install)
+        self._owns_view = not isinstance(fleet, FleetView)
+        if isinstance(fleet, FleetView):
+            self.view = fleet
+            fleet.subscribe(self.install)
+        else:
+            self.view = FleetView(fleet, interval, on_change=self.install)
 
     def install(self, entries: Mapping[str, FleetEntry]) -> None:
         """Refuse every runner of ``entries`` and those seen within ``remember`` seconds."""
@@ -66,12 +74,14 @@ class FleetTargets:
 
     async def start(self) -> None:
         """Read once (a failure is logged), then keep following the registry until
-        :meth:`stop`."""
-        await self.view.start()
+        :meth:`stop`; a view kept by another part is already read, by it."""
+        if self._owns_view:
+            await self.view.start()
         self.install(self.view.entries)
 
     async def stop(self) -> None:
-        await self.view.stop()
+        if self._owns_view:
+            await self.view.stop()
 
 
 def _on_loopback(urls: Iterable[str]) -> list[str]:

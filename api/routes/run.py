@@ -163,6 +163,11 @@ async def _run(
     body = await _body(request)
     input_json = canonical_input(body.input, resources.settings.max_input_depth)
     check_input(destination.validator, body.input)
+    linked = await serving.check_file_references(
+        resources, account, body.input, resources.base_url(request)
+    )
+    if linked is not body.input:  # file references: the runner gets signed delivery URLs
+        input_json = canonical_input(linked, resources.settings.max_input_depth)
     version = destination.version
     result = await lane.run(
         RunRequest(

@@ -19,6 +19,7 @@ from runners.model import Model
 
 MODELS: dict[str, str] = {
     "echo": "runners.models.echo:EchoModel",
+    "files": "runners.models.files:FilesModel",
     "embeddings": "runners.models.embeddings:EmbeddingsModel",
     "vllm": "runners.models.vllm:VLLMModel",
 }

@@ -28,14 +28,13 @@ from runners.pool.events import (
     LoadDone,
     LoadFailed,
     Pin,
-    Reject,
+    Refuse,
     RejectCode,
     Request,
     ServeDone,
     Start,
     StartLoad,
     StartUnload,
-    Tick,
     UnloadDone,
 )
 from runners.pool.slots import IllegalTransition, SlotState, SlotView
@@ -62,7 +61,7 @@ __all__ = [
     "PoolConfigError",
     "PoolCore",
     "QueueMode",
-    "Reject",
+    "Refuse",
     "RejectCode",
     "Request",
     "ServeDone",
@@ -71,6 +70,5 @@ __all__ = [
     "Start",
     "StartLoad",
     "StartUnload",
-    "Tick",
     "UnloadDone",
 ]

@@ -4,7 +4,7 @@ The host process (one asyncio task) feeds it :data:`~runners.pool.events.Event`s
 :meth:`PoolCore.handle` and carries out the :data:`~runners.pool.events.Effect`s it returns, in
 order. It never blocks, never reads a clock and never locks: each call runs to completion.
 
-Every request ends exactly once: ``Grant`` then the host's ``ServeDone``, a ``Reject``, or the
+Every request ends exactly once: ``Grant`` then the host's ``ServeDone``, a ``Refuse``, or the
 caller's ``Cancel`` while queued (no effect). After each event the core runs one scheduling
 pass (:mod:`runners.pool.scheduling`) and arms the one timer at the next instant anything
 could change.
@@ -18,6 +18,7 @@ victim on its devices is unloaded; a second failure fails its waiters.
 
 from __future__ import annotations
 
+from core.shell import Tick
 from runners.pool.config import MemoryProbe, PoolConfig, QueueMode
 from runners.pool.events import (
     AdminDone,
@@ -29,12 +30,11 @@ from runners.pool.events import (
     LoadDone,
     LoadFailed,
     Pin,
-    Reject,
+    Refuse,
     RejectCode,
     Request,
     ServeDone,
     Start,
-    Tick,
     UnloadDone,
 )
 from runners.pool.leases import split
@@ -126,14 +126,14 @@ class PoolCore:
         m.stats.request(e.model, e.now)
         spec = m.specs.get(e.model)
         if spec is None:
-            out.append(Reject(e.request_id, RejectCode.UNKNOWN_MODEL))
+            out.append(Refuse(e.request_id, RejectCode.UNKNOWN_MODEL))
             return
         slot = m.slots[e.model]
         if m.placement.too_large(spec, slot):
-            out.append(Reject(e.request_id, RejectCode.MODEL_TOO_LARGE))
+            out.append(Refuse(e.request_id, RejectCode.MODEL_TOO_LARGE))
             return
         if slot.state is SlotState.FAILED and e.now < slot.cooldown_until:
-            out.append(Reject(e.request_id, RejectCode.COOLDOWN, slot.cooldown_until - e.now))
+            out.append(Refuse(e.request_id, RejectCode.COOLDOWN, slot.cooldown_until - e.now))
             return
         waiter = Waiter(
             e.request_id, e.model, e.deadline, e.priority, e.now, m.next_seq(), m.cap(e.keep_alive)
@@ -143,7 +143,7 @@ class PoolCore:
             m.grant(waiter, slot, e.now, out)
         elif m.queue.full():
             out.append(
-                Reject(e.request_id, RejectCode.QUEUE_FULL, self.config.queue_full_retry_after)
+                Refuse(e.request_id, RejectCode.QUEUE_FULL, self.config.queue_full_retry_after)
             )
         else:
             m.queue.add(waiter)

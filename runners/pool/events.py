@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from core.shell import Tick
+
 
 class RejectCode(enum.StrEnum):
     MODEL_TOO_LARGE = "model_too_large"
@@ -92,13 +94,6 @@ class ServeDone:
     """The granted request finished (answered, failed, or aborted): its permit is free."""
 
     request_id: str
-    now: float
-
-
-@dataclass(frozen=True, slots=True)
-class Tick:
-    """The timer of the last ``ArmTimer`` fired; a late or spurious one is harmless."""
-
     now: float
 
 
@@ -196,7 +191,7 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
-class Reject:
+class Refuse:
     """Answer the request with an error (503 + ``Retry-After`` when ``retry_after`` is set);
     final."""
 
@@ -221,4 +216,4 @@ class ArmTimer:
     at: float
 
 
-Effect = StartLoad | StartUnload | Grant | Reject | AdminDone | ArmTimer
+Effect = StartLoad | StartUnload | Grant | Refuse | AdminDone | ArmTimer

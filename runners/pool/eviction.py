@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from runners.pool.config import ModelSpec, Policy, PoolConfig
-from runners.pool.leases import Ledger
+from runners.pool.leases import MemoryLedger
 from runners.pool.slots import Slot, SlotState
 from runners.pool.stats import PoolStats
 
@@ -86,7 +86,7 @@ class Evictions:
         config: PoolConfig,
         specs: Mapping[str, ModelSpec],
         slots: Mapping[str, Slot],
-        ledger: Ledger,
+        ledger: MemoryLedger,
         stats: PoolStats,
     ) -> None:
         self._config = config

@@ -4,7 +4,7 @@ effects.
 The core runs on :class:`core.shell.Shell`, fed from request handlers, backend tasks and the
 shell's one timer (``ArmTimer``); events raised while effects are being carried out queue in its
 inbox and are handled after, never re-entrantly. Effects that take time (starting or stopping a
-backend) become tasks that answer with an event when they end; ``Grant``/``Reject``/
+backend) become tasks that answer with an event when they end; ``Grant``/``Refuse``/
 ``AdminDone`` resolve the future their caller awaits.
 
 The clock is the loop's (monotonic seconds), the one every ``now`` and deadline uses.
@@ -24,7 +24,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.shell import Shell
+from core.shell import Shell, Tick
 from runners.pool.backends import Backend
 from runners.pool.core import PoolCore
 from runners.pool.events import (
@@ -38,13 +38,12 @@ from runners.pool.events import (
     Grant,
     LoadDone,
     LoadFailed,
-    Reject,
+    Refuse,
     Request,
     ServeDone,
     Start,
     StartLoad,
     StartUnload,
-    Tick,
     UnloadDone,
 )
 
@@ -88,7 +87,7 @@ class PoolHost:
         self._shell: Shell[Event, Effect] = Shell(
             core.handle, self._carry_out, timer=ArmTimer, tick=Tick, clock=self._loop
         )
-        self._waiters: dict[str, asyncio.Future[Grant | Reject]] = {}
+        self._waiters: dict[str, asyncio.Future[Grant | Refuse]] = {}
         self._admin: dict[str, asyncio.Future[AdminDone]] = {}
         self._loads: dict[str, asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -114,7 +113,7 @@ class PoolHost:
 
     def _carry_out(self, effect: Effect) -> None:
         match effect:
-            case Grant() | Reject():
+            case Grant() | Refuse():
                 waiter = self._waiters.get(effect.request_id)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(effect)
@@ -176,11 +175,11 @@ class PoolHost:
 
     # --- what the HTTP shell calls ------------------------------------------------------------
 
-    async def acquire(self, model: str, ask: Ask) -> Grant | Reject:
+    async def acquire(self, model: str, ask: Ask) -> Grant | Refuse:
         """Wait for a permit on ``model`` (its load, an eviction, the queue); a ``Grant`` must
         be given back with :meth:`release`."""
         request_id = uuid.uuid4().hex
-        future: asyncio.Future[Grant | Reject] = self._loop.create_future()
+        future: asyncio.Future[Grant | Refuse] = self._loop.create_future()
         self._waiters[request_id] = future
         now = self.now()
         deadline = None if ask.deadline_in is None else now + ask.deadline_in

@@ -21,7 +21,7 @@ def split(total: int, parts: int) -> int:
     return -(-total // parts)
 
 
-class Ledger:
+class MemoryLedger:
     def __init__(self, budgets: dict[int, int]) -> None:
         self.budgets = dict(budgets)
         self._leases: dict[str, MemoryLease] = {}

@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from core.backoff import backoff_delay
 from runners.pool.config import MemoryProbe, ModelSpec, PoolConfig, PoolConfigError
-from runners.pool.events import AdminDone, Effect, Grant, Reject, RejectCode, StartLoad, StartUnload
+from runners.pool.events import AdminDone, Effect, Grant, Refuse, RejectCode, StartLoad, StartUnload
 from runners.pool.eviction import Evictions, Fit
-from runners.pool.leases import Ledger, split
+from runners.pool.leases import MemoryLedger, split
 from runners.pool.placement import Placement, predicted
 from runners.pool.queue import Waiter, WaitQueue
 from runners.pool.slots import Slot, SlotState
@@ -40,7 +40,7 @@ class Moves:
         }
         if not budgets or min(budgets.values()) <= 0:
             raise PoolConfigError("the memory budget must be positive on every device")
-        self.ledger = Ledger(budgets)
+        self.ledger = MemoryLedger(budgets)
         self.specs = {spec.name: spec for spec in config.models}
         self.slots = {
             spec.name: Slot(spec.name, pinned=spec.pinned, load_ewma=spec.load_seconds)
@@ -100,7 +100,7 @@ class Moves:
         if w.admin:
             out.append(AdminDone(w.request_id, w.model, code.value))
         else:
-            out.append(Reject(w.request_id, code, retry_after))
+            out.append(Refuse(w.request_id, code, retry_after))
 
     def fail_waiters(
         self, model: str, code: RejectCode, retry_after: float | None, out: list[Effect]

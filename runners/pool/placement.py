@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from runners.pool.config import DeviceMemory, MemoryProbe, ModelSpec, PoolConfig
 from runners.pool.eviction import Evictions, choose
-from runners.pool.leases import Ledger, split
+from runners.pool.leases import MemoryLedger, split
 from runners.pool.slots import Slot, SlotState
 
 WAIT_LOADS = 4
@@ -58,7 +58,7 @@ class Placement:
         config: PoolConfig,
         probe: MemoryProbe,
         devices: Sequence[DeviceMemory],
-        ledger: Ledger,
+        ledger: MemoryLedger,
         slots: Mapping[str, Slot],
         evictions: Evictions,
     ) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.shell import Tick
 from runners.pool.config import FixedProbe, ModelSpec, Policy, PoolConfig, QueueMode
 from runners.pool.core import PoolCore
 from runners.pool.events import (
@@ -35,13 +36,12 @@ from runners.pool.events import (
     Event,
     Grant,
     LoadDone,
-    Reject,
+    Refuse,
     Request,
     ServeDone,
     Start,
     StartLoad,
     StartUnload,
-    Tick,
     UnloadDone,
 )
 
@@ -206,7 +206,7 @@ def _carry_out(
         case Grant(request_id=rid, waited_s=waited):
             result.waits.append(waited)
             clock.at(now + runs[rid], ServeDone(rid, now + runs[rid]))
-        case Reject(code=code):
+        case Refuse(code=code):
             result.rejects[code.value] += 1
         case ArmTimer(at=at):
             clock.at(at, Tick(at))

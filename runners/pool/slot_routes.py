@@ -41,7 +41,7 @@ from runners.errors import (
 )
 from runners.pool import documents
 from runners.pool.backends import Backend
-from runners.pool.events import Grant, Reject, RejectCode
+from runners.pool.events import Grant, Refuse, RejectCode
 from runners.pool.host import Ask
 from runners.pool.proxy import proxy
 from runners.pool.slots import SlotState, SlotView
@@ -77,15 +77,15 @@ def _ask(request: web.Request) -> Ask:
     )
 
 
-def refusal(pool: Pool, name: str, reject: Reject) -> RequestRefused:
-    """The refusal that answers the core's ``reject`` of a request for ``name``."""
-    if reject.code is RejectCode.QUEUE_FULL:
+def refusal(pool: Pool, name: str, refused: Refuse) -> RequestRefused:
+    """The refusal that answers the core's ``Refuse`` of a request for ``name``."""
+    if refused.code is RejectCode.QUEUE_FULL:
         depth, max_depth = pool.core.queued(), pool.file.max_queue_depth
-        return QueueFullError(depth, max_depth, 0.0, max(1, math.ceil(reject.retry_after or 1)))
+        return QueueFullError(depth, max_depth, 0.0, max(1, math.ceil(refused.retry_after or 1)))
     why = ""
-    if reject.code in (RejectCode.LOAD_FAILED, RejectCode.COOLDOWN):
+    if refused.code in (RejectCode.LOAD_FAILED, RejectCode.COOLDOWN):
         why = pool.host.load_errors.get(name, "")
-    return _REFUSALS[reject.code](name, reject.retry_after, why)
+    return _REFUSALS[refused.code](name, refused.retry_after, why)
 
 
 def _with_id(raw: bytes) -> tuple[bytes, str | None]:
@@ -125,7 +125,7 @@ async def predict(request: web.Request) -> web.StreamResponse:
             raise NotRunningError(prediction_id or "")
         return await proxy(request, pool.session, backend, path, raw)
     outcome = await pool.host.acquire(name, _ask(request))
-    if isinstance(outcome, Reject):
+    if isinstance(outcome, Refuse):
         raise refusal(pool, name, outcome)
     key = prediction_id or uuid.uuid4().hex
     running.add(key)
@@ -225,7 +225,7 @@ async def slot_openapi(request: web.Request) -> web.Response:
     backend = pool.backend(name)
     if (schema := backend.openapi()) is None:
         outcome = await pool.host.acquire(name, Ask())
-        if isinstance(outcome, Reject):
+        if isinstance(outcome, Refuse):
             raise refusal(pool, name, outcome)
         pool.host.release(outcome)
         schema = backend.openapi() or {}

@@ -7,14 +7,14 @@ import asyncio
 
 import pytest
 
-from director.fleet_member import FleetMember, Served
+from director.fleet_member import AdvertisedRunner, FleetMember
 from director.runner_monitor import RunnerMonitor
 from protocol import HealthStatus
 from protocol.capabilities import STOCK_COG, Capabilities
 from protocol.client import RunnerClient
 from tracker.fleet import RunnerState
 
-SERVED = Served(
+ADVERTISED = AdvertisedRunner(
     url="http://runner.internal:5000",
     deployment="acme/echo",
     version_id="v" * 64,
@@ -28,7 +28,7 @@ def _member(status: HealthStatus, capabilities: Capabilities = STOCK_COG) -> Fle
     monitor = RunnerMonitor(RunnerClient("http://127.0.0.1:1", None), 1.0, 3)  # type: ignore[arg-type]
     monitor.status = status
     monitor.capabilities = capabilities
-    return FleetMember(None, monitor, SERVED, asyncio.Event(), 1.0)  # type: ignore[arg-type]
+    return FleetMember(None, monitor, ADVERTISED, asyncio.Event(), 1.0)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -60,8 +60,8 @@ def test_a_stock_cog_runner_advertises_the_directors_concurrency() -> None:
     entry = _member(HealthStatus.READY).entry(now=5.0)
     assert (entry.kind, entry.concurrency, entry.runner_id) == ("cog", 2, None)
     assert entry.hardware == STOCK_COG.hardware
-    assert (entry.url, entry.deployment, entry.director) == (SERVED.url, "acme/echo", "d-1")
-    assert entry.id == SERVED.entry_id
+    assert (entry.url, entry.deployment, entry.director) == (ADVERTISED.url, "acme/echo", "d-1")
+    assert entry.id == ADVERTISED.entry_id
     assert entry.heartbeat_at == 5.0
 
 

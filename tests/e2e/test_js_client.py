@@ -1,75 +1,30 @@
 """The official ``replicate`` JavaScript client (npm, pinned in tests/js), unmodified, pointed at
 Conduit: run, stream, predictions create/get/list/cancel, wait, and validateWebhook.
 
-Each test runs ``node tests/js/client.mjs <scenario>``, which prints what the client got and
-every request it made. ``./scripts/bootstrap`` installs the client (``npm ci``) when Node.js and
-npm are present; without them these tests are skipped, saying so.
+Each test runs one scenario of tests/js/client.mjs (:mod:`tests.fixtures.js_client`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
 from tests.conftest import ECHO, Stack
+from tests.fixtures.js_client import Scenario, needs_node, scenarios
 from tests.fixtures.receiver import webhook_receiver
 from tests.fixtures.sse import events
 from tests.fixtures.waiting import wait_for
 
-JS = Path(__file__).resolve().parent.parent / "js"
-SCRIPT = JS / "client.mjs"
-#: Seconds one scenario may take before the test gives up on it (a liveness deadline).
-DEADLINE = 120
-NODE = shutil.which("node")
-#: One scenario of client.mjs: its name and arguments in, what it printed out.
-Scenario = Callable[..., dict[str, Any]]
-
-
-def _missing() -> str | None:
-    """Why the JavaScript client cannot be run here, if it cannot."""
-    if NODE is None or shutil.which("npm") is None:
-        return (
-            "Node.js and npm are not installed: the official JavaScript client cannot be tested "
-            "(install them, then run ./scripts/bootstrap)"
-        )
-    if not (JS / "node_modules" / "replicate" / "package.json").is_file():
-        return "the JavaScript client is not installed: run ./scripts/bootstrap (npm ci)"
-    return None
-
-
-# Decided before any fixture starts the stack: without Node there is nothing to start it for.
-pytestmark = [pytest.mark.e2e, pytest.mark.skipif(_missing() is not None, reason=_missing() or "")]
+pytestmark = [pytest.mark.e2e, needs_node]
 
 
 @pytest.fixture
 def js(stack: Stack, token: str) -> Scenario:
     """Runs one scenario of client.mjs as the test's account; returns what it printed."""
-    assert NODE is not None
-
-    def scenario(name: str, **args: Any) -> dict[str, Any]:
-        env = {**os.environ, "CONDUIT_API": stack.api_url, "REPLICATE_API_TOKEN": token}
-        done = subprocess.run(
-            [NODE, str(SCRIPT), name, json.dumps(args)],
-            cwd=JS,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=DEADLINE,
-        )
-        assert done.returncode == 0, f"{name} failed:\n{done.stderr}"
-        result: dict[str, Any] = json.loads(done.stdout)
-        return result
-
-    return scenario
+    return scenarios(stack.api_url, token)
 
 
 def test_run_by_model_and_by_version(js: Scenario, stack: Stack) -> None:

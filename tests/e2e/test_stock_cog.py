@@ -2,64 +2,25 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
-from core.ports import free_port
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, fetch, wait_status
+from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
 
-MODEL_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "cog_model"
+MODEL_DIR = FIXTURES / "cog_model"
 NAME = "test/cog-echo"
-
-
-def _ready(proc: subprocess.Popen[bytes], url: str) -> bool:
-    assert proc.poll() is None, "cog server exited"
-    try:
-        return httpx.get(f"{url}/health-check", timeout=1).json().get("status") == "READY"
-    except httpx.HTTPError:
-        return False
 
 
 @pytest.fixture(scope="module")
 def cog_runner(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    bindir = str(Path(sys.executable).parent)
-    # coglet spawns its worker as plain `python` from PATH: the venv's must come first.
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
-        "PORT": str(port),
-        "COG_PREDICT_TYPE_STUB": "predict.py:Predictor",
-    }
-    log = (tmp_path_factory.mktemp("cog") / "cog.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cog.server.http", "--host", "127.0.0.1"],
-        cwd=MODEL_DIR,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_for(lambda: _ready(proc, url), "cog server READY", timeout=60)
+    with cog_server(MODEL_DIR, tmp_path_factory.mktemp("cog")) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")

@@ -92,7 +92,50 @@ async function validate({ id, timestamp, signature, body }) {
   };
 }
 
-const scenarios = { run, stream, lifecycle, createWithWebhook, validate };
+
+// Files: the client uploads a Buffer with POST /v1/files (multipart: the bytes and a JSON
+// metadata part) and passes the file's urls.get as the input; the output is a URL whose bytes
+// are fetched without the client (plain http is not wrapped as a FileOutput).
+async function runWithBuffer({ model, size, seed }) {
+  const bytes = Buffer.alloc(size);
+  let state = seed >>> 0;
+  for (let i = 0; i < size; i++) {
+    state = (Math.imul(state, 1664525) + 1013904223) >>> 0;
+    bytes[i] = state >>> 24;
+  }
+  const output = await replicate.run(model, { input: { file: bytes } });
+  const url = typeof output === "string" ? output : String(output.url ?? output);
+  const fetched = Buffer.from(await (await fetch(url)).arrayBuffer());
+  return { output: url, same: fetched.equals(bytes), size: fetched.length };
+}
+
+async function filesRoundTrip({ text, metadata }) {
+  const created = await replicate.files.create(Buffer.from(text), metadata);
+  const got = await replicate.files.get(created.id);
+  const listed = await replicate.files.list();
+  const ids = [];
+  for await (const page of replicate.paginate(replicate.files.list)) {
+    ids.push(...page.map((file) => file.id));
+  }
+  await replicate.files.delete(created.id);
+  let afterDelete = null;
+  try {
+    await replicate.files.get(created.id);
+  } catch (error) {
+    afterDelete = error.response ? error.response.status : String(error);
+  }
+  return { created, got, listedFirst: listed.results?.[0]?.id ?? null, ids, afterDelete };
+}
+
+const scenarios = {
+  run,
+  stream,
+  lifecycle,
+  createWithWebhook,
+  validate,
+  runWithBuffer,
+  filesRoundTrip,
+};
 
 const [name, args = "{}"] = process.argv.slice(2);
 const scenario = scenarios[name];

@@ -17,7 +17,7 @@ def test_built_in_names_and_import_paths() -> None:
 
 def test_names_registered_in_the_environment() -> None:
     assert get_model("faulty", {"CONDUIT_RUNNER_MODELS": f" {REGISTRATION} ,"}) is FaultyModel
-    with pytest.raises(KeyError, match="known: echo, embeddings, vllm"):
+    with pytest.raises(KeyError, match="known: echo, embeddings, files, vllm"):
         get_model("faulty", {})
     with pytest.raises(ValueError, match="name=module:Class"):
         get_model("echo", {"CONDUIT_RUNNER_MODELS": "faulty"})

@@ -38,7 +38,7 @@ from tests.fixtures.waiting import until
 from tracker import store
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
-from tracker.fleet import FleetEntry, FleetRegistry, RunnerState, runner_entry_id
+from tracker.fleet import FleetEntry, FleetRegistry, FleetView, RunnerState, runner_entry_id
 from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, open_session, post
 
@@ -224,6 +224,30 @@ async def test_refused_endpoints_follow_the_registry(redis: Redis) -> None:
     assert not refused.refuses("127.0.0.1", port)
     assert refused.refuses("127.0.0.1", port + 1)
     await registry.deregister(other.id)
+
+
+async def test_refused_endpoints_follow_a_view_the_process_already_keeps(redis: Redis) -> None:
+    """The api's lane keeps the one fleet view; the webhook guard follows it without a read of
+    its own, and leaves the view running when it stops."""
+    registry = FleetRegistry(redis, ttl=30)
+    port = 20000 + uuid.uuid4().int % 40000
+    entry = _entry(f"http://127.0.0.1:{port}")
+    view = FleetView(redis)
+    refused = RefusedEndpoints()
+    targets = FleetTargets(view, refused)
+    await view.refresh()
+    await targets.start()
+    assert not refused.refuses("127.0.0.1", port)
+    try:
+        await registry.register(entry)
+        await view.refresh()  # the owner's refresh is the guard's
+        assert refused.refuses("127.0.0.1", port)
+        await targets.stop()
+        await registry.deregister(entry.id)
+        await view.refresh()
+        assert entry.id not in view.entries  # still the owner's to read and to stop
+    finally:
+        await registry.deregister(entry.id)
 
 
 # --- the dispatcher, at send time ---------------------------------------------------------

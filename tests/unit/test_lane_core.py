@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.shell import Tick
 from lane import (
     ArmTimer,
     Arrive,
@@ -27,7 +28,6 @@ from lane import (
     RejectReason,
     RunnersChanged,
     RunnerSlot,
-    Tick,
 )
 from lane.queue import account_cap
 from lane.runners import Health

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from core.shell import Tick
 from runners.pool import (
     AdminDone,
     AdminLoad,
@@ -32,7 +33,7 @@ from runners.pool import (
     PoolConfigError,
     PoolCore,
     QueueMode,
-    Reject,
+    Refuse,
     RejectCode,
     Request,
     ServeDone,
@@ -41,7 +42,6 @@ from runners.pool import (
     Start,
     StartLoad,
     StartUnload,
-    Tick,
     UnloadDone,
 )
 from runners.pool.slots import Slot
@@ -148,7 +148,7 @@ def test_events_that_do_not_fit_the_slot_raise(source: SlotState, event: Event) 
         (SlotState.IDLE, Request("r1", "a", None, 5.0), SlotState.LOADING, [StartLoad]),
         (SlotState.LOADING, Request("r1", "a", None, 5.0), SlotState.LOADING, []),
         (SlotState.LOADING, LoadDone("a", GiB, 5.0), SlotState.READY, [Grant]),
-        (SlotState.LOADING, LoadFailed("a", "boom", 5.0), SlotState.FAILED, [Reject]),
+        (SlotState.LOADING, LoadFailed("a", "boom", 5.0), SlotState.FAILED, [Refuse]),
         (SlotState.READY, Request("r1", "a", None, 5.0), SlotState.READY, [Grant]),
         (SlotState.STOPPING, Request("r1", "a", None, 5.0), SlotState.STOPPING, []),
         (SlotState.STOPPING, UnloadDone("a", 5.0), SlotState.IDLE, [AdminDone]),
@@ -182,12 +182,12 @@ def test_failed_load_errors_every_waiter_then_cools_down_doubling_to_the_cap() -
     for n in range(3):
         core.handle(Request(f"x{n}", "a", None, now))
         core.handle(Request(f"y{n}", "a", None, now))
-        rejects = of(core.handle(LoadFailed("a", "oom", now + 1)), Reject)
+        rejects = of(core.handle(LoadFailed("a", "oom", now + 1)), Refuse)
         assert {(r.request_id, r.code) for r in rejects} == {
             (f"x{n}", RejectCode.LOAD_FAILED),
             (f"y{n}", RejectCode.LOAD_FAILED),
         }
-        early = of(core.handle(Request(f"z{n}", "a", None, now + 2)), Reject)
+        early = of(core.handle(Request(f"z{n}", "a", None, now + 2)), Refuse)
         assert early[0].code is RejectCode.COOLDOWN
         assert early[0].retry_after is not None
         cooldowns.append(early[0].retry_after + 1)
@@ -204,7 +204,7 @@ def test_a_load_past_its_deadline_is_stopped_and_fails_its_waiters() -> None:
     assert core.handle(Tick(30.0)) == [ArmTimer(60.0)]  # the aging instant, then the deadline
     effects = core.handle(Tick(60.0))
     assert StartUnload("a", "load_timeout") in effects
-    assert of(effects, Reject)[0].code is RejectCode.LOAD_FAILED
+    assert of(effects, Refuse)[0].code is RejectCode.LOAD_FAILED
     assert core.handle(LoadDone("a", GiB, 61.0)) == []  # the race: ignored
     core.handle(UnloadDone("a", 62.0))
     assert state(core, "a") is SlotState.FAILED
@@ -252,7 +252,7 @@ def test_reconcile_without_an_idle_victim_unloads_the_newcomer_to_reload_at_its_
 
 def test_model_too_large_fails_at_once() -> None:
     core = pool(spec("big", 11), budget=10)
-    assert core.handle(Request("r", "big", None, 0.0)) == [Reject("r", RejectCode.MODEL_TOO_LARGE)]
+    assert core.handle(Request("r", "big", None, 0.0)) == [Refuse("r", RejectCode.MODEL_TOO_LARGE)]
 
 
 def test_budget_is_the_probe_total_less_the_reserve() -> None:
@@ -307,7 +307,7 @@ def test_busy_victims_are_waited_for_within_the_deadline_never_force_evicted() -
     core.handle(LoadDone("busy", 6 * GiB, 1.0))
     core.handle(Request("r", "x", 100.0, 50.0))
     assert not of(core.handle(Tick(99.0)), StartUnload)
-    assert of(core.handle(Tick(100.0)), Reject) == [Reject("r", RejectCode.DEADLINE_EXCEEDED)]
+    assert of(core.handle(Tick(100.0)), Refuse) == [Refuse("r", RejectCode.DEADLINE_EXCEEDED)]
     core.handle(Request("r2", "x", None, 110.0))
     effects = core.handle(ServeDone("b", 120.0))
     assert StartUnload("busy", "evicted:lru") in effects
@@ -368,7 +368,7 @@ def test_pinned_models_load_at_start_keep_their_room_and_never_idle_unload() -> 
     core.handle(LoadDone("pin", 4 * GiB, 1.0))
     core.handle(Request("r", "pin", None, 2.0))
     assert not of(core.handle(ServeDone("r", 3.0)), StartUnload)
-    assert of(core.handle(Request("x", "x", None, 4.0)), Reject)[0].code is (
+    assert of(core.handle(Request("x", "x", None, 4.0)), Refuse)[0].code is (
         RejectCode.MODEL_TOO_LARGE
     )
     assert core.handle(Pin("op", "x", True, 5.0)) == [AdminDone("op", "x", "pins_exceed_budget")]
@@ -423,13 +423,13 @@ def test_queue_full_answers_retry_after() -> None:
     core = pool(spec("a", 1), max_queue_depth=2, queue_full_retry_after=3)
     for n in range(2):
         core.handle(Request(f"r{n}", "a", None, 0.0))
-    assert core.handle(Request("r9", "a", None, 0.0)) == [Reject("r9", RejectCode.QUEUE_FULL, 3.0)]
+    assert core.handle(Request("r9", "a", None, 0.0)) == [Refuse("r9", RejectCode.QUEUE_FULL, 3.0)]
 
 
 def test_deadline_unmeetable_when_the_load_and_a_run_cannot_fit() -> None:
     core = pool(spec("a", 1, load_seconds=40))
     assert core.handle(Request("r", "a", 30.0, 0.0)) == [
-        Reject("r", RejectCode.DEADLINE_UNMEETABLE)
+        Refuse("r", RejectCode.DEADLINE_UNMEETABLE)
     ]
     assert of(core.handle(Request("r2", "a", 50.0, 0.0)), StartLoad)
 
@@ -456,7 +456,7 @@ def test_tensor_parallel_takes_n_devices_never_partial_and_best_fit() -> None:
     ]
     # 8 GiB per device fits device 1 alone, never device 0 (its pin): no partial placement
     core2 = pool(spec("pin", 4, pinned=True), spec("tp", 16, tensor_parallel=2), devices=2)
-    assert core2.handle(Request("x", "tp", None, 0.0)) == [Reject("x", RejectCode.MODEL_TOO_LARGE)]
+    assert core2.handle(Request("x", "tp", None, 0.0)) == [Refuse("x", RejectCode.MODEL_TOO_LARGE)]
     with pytest.raises(PoolConfigError, match="tensor_parallel"):
         pool(spec("tp", 8, tensor_parallel=3), budget=10, devices=2)
 
@@ -539,7 +539,7 @@ class Host:
             case Grant(request_id=rid):
                 self.serving.append(rid)
                 self.ends[rid] += 1
-            case Reject(request_id=rid):
+            case Refuse(request_id=rid):
                 self.ends[rid] += 1
             case ArmTimer(at=at):
                 self.timer = at

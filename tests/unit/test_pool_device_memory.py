@@ -15,7 +15,7 @@ from runners.pool import (
     ModelSpec,
     PoolConfig,
     PoolCore,
-    Reject,
+    Refuse,
     RejectCode,
     Request,
     ServeDone,
@@ -127,7 +127,7 @@ def test_out_of_memory_evicts_every_idle_victim_and_retries_once() -> None:
     ready(core, "b", 1.0)
     assert of(core.handle(Request("r", "x", None, 10.0)), StartLoad)
     effects = core.handle(LoadFailed("x", OOM, 11.0, out_of_memory=True))
-    assert not of(effects, Reject)
+    assert not of(effects, Refuse)
     assert sorted(of(effects, StartUnload), key=lambda u: u.model) == [
         StartUnload("a", "evicted:oom-retry"),
         StartUnload("b", "evicted:oom-retry"),
@@ -147,7 +147,7 @@ def test_out_of_memory_twice_fails_with_the_reason() -> None:
     effects = core.handle(LoadFailed("x", OOM, 1.0, out_of_memory=True))
     assert of(effects, StartLoad) == [StartLoad("x", 3 * GiB, (0,))]  # nothing to evict
     effects = core.handle(LoadFailed("x", OOM, 2.0, out_of_memory=True))
-    assert of(effects, Reject) == [Reject("r", RejectCode.LOAD_FAILED, 10.0)]
+    assert of(effects, Refuse) == [Refuse("r", RejectCode.LOAD_FAILED, 10.0)]
     x = view(core, "x")
     assert (x.state, x.last_reason) == (SlotState.FAILED, f"load_failed: {OOM}")
     # After its cooldown, the next load has its one retry again.
@@ -160,7 +160,7 @@ def test_a_failure_that_is_not_out_of_memory_is_not_retried() -> None:
     ready(core, "a", 0.0)
     core.handle(Request("r", "x", None, 10.0))
     effects = core.handle(LoadFailed("x", "weights not found", 11.0))
-    assert of(effects, Reject)[0].code is RejectCode.LOAD_FAILED
+    assert of(effects, Refuse)[0].code is RejectCode.LOAD_FAILED
     assert not of(effects, StartUnload) and not of(effects, StartLoad)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from core.shell import Shell
+from core.shell import Shell, Tick
 
 
 @dataclass(frozen=True)
@@ -23,11 +23,6 @@ class Note:
 
     name: str
     effects: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Tick:
-    now: float
 
 
 @dataclass(frozen=True)

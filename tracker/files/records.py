@@ -1,0 +1,188 @@
+"""The ``files`` table: one row per stored file, written once its bytes are in the store.
+
+A file is visible while it is not deleted and not expired; ``DELETE`` marks it deleted (at
+once invisible) and the row goes when the store let go of its bytes. Every read that answers
+a client is scoped to the owning account.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tracker.db import autocommit
+from tracker.store import PageKey
+from tracker.tables import File
+
+files = cast(Table, File.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class FileRecord:
+    """A stored file, as its row holds it."""
+
+    id: str
+    account_id: int
+    #: ``upload`` or ``output``.
+    kind: str
+    prediction_id: str | None
+    name: str
+    content_type: str
+    size: int
+    sha256: str
+    md5: str
+    etag: str
+    metadata: dict[str, Any]
+    storage_key: str
+    created_at: datetime
+    expires_at: datetime | None
+
+
+def _record(row: RowMapping) -> FileRecord:
+    return FileRecord(
+        id=row["id"],
+        account_id=row["account_id"],
+        kind=row["kind"],
+        prediction_id=row["prediction_id"],
+        name=row["name"],
+        content_type=row["content_type"],
+        size=row["size"],
+        sha256=row["sha256"],
+        md5=row["md5"],
+        etag=row["etag"],
+        metadata=dict(row["metadata"] or {}),
+        storage_key=row["storage_key"],
+        created_at=row["created_at"],
+        expires_at=row["expires_at"],
+    )
+
+
+def _live() -> ColumnElement[bool]:
+    """Not deleted and not expired."""
+    c = files.c
+    return and_(c.deleted_at.is_(None), or_(c.expires_at.is_(None), c.expires_at > func.now()))
+
+
+async def insert_record(engine: AsyncEngine, record: FileRecord) -> None:
+    values = {
+        "id": record.id,
+        "account_id": record.account_id,
+        "kind": record.kind,
+        "prediction_id": record.prediction_id,
+        "name": record.name,
+        "content_type": record.content_type,
+        "size": record.size,
+        "sha256": record.sha256,
+        "md5": record.md5,
+        "etag": record.etag,
+        "metadata": record.metadata,
+        "storage_key": record.storage_key,
+        "created_at": record.created_at,
+        "expires_at": record.expires_at,
+    }
+    async with autocommit(engine).connect() as conn:
+        await conn.execute(insert(files).values(values))
+
+
+async def get_live(
+    engine: AsyncEngine, file_id: str, account_id: int | None = None
+) -> FileRecord | None:
+    """The file unless deleted or expired; only the account's own when ``account_id`` is
+    given (delivery, whose link is its own credential, reads any)."""
+    query = select(files).where(files.c.id == file_id, _live())
+    if account_id is not None:
+        query = query.where(files.c.account_id == account_id)
+    async with autocommit(engine).connect() as conn:
+        row = (await conn.execute(query)).mappings().one_or_none()
+    return _record(row) if row is not None else None
+
+
+async def list_for_account(
+    engine: AsyncEngine,
+    account_id: int,
+    *,
+    after: PageKey | None,
+    before: PageKey | None,
+    limit: int,
+) -> list[FileRecord]:
+    """Newest first. ``after`` pages towards older rows, ``before`` towards newer ones."""
+    c = files.c
+    query = select(files).where(c.account_id == account_id, c.kind == "upload", _live())
+    if after is not None:
+        query = query.where(
+            or_(
+                c.created_at < after.created_at,
+                and_(c.created_at == after.created_at, c.id < after.id),
+            )
+        ).order_by(c.created_at.desc(), c.id.desc())
+    elif before is not None:
+        query = query.where(
+            or_(
+                c.created_at > before.created_at,
+                and_(c.created_at == before.created_at, c.id > before.id),
+            )
+        ).order_by(c.created_at.asc(), c.id.asc())
+    else:
+        query = query.order_by(c.created_at.desc(), c.id.desc())
+    async with autocommit(engine).connect() as conn:
+        rows = (await conn.execute(query.limit(limit))).mappings().all()
+    records = [_record(row) for row in rows]
+    if before is not None:
+        records.reverse()
+    return records
+
+
+async def mark_deleted(engine: AsyncEngine, account_id: int, file_id: str) -> str | None:
+    """Hide the account's file; its storage key, or None when there was no such live file."""
+    c = files.c
+    query = (
+        update(files)
+        .where(c.id == file_id, c.account_id == account_id, _live())
+        .values(deleted_at=func.now())
+        .returning(c.storage_key)
+    )
+    async with autocommit(engine).connect() as conn:
+        key = (await conn.execute(query)).scalar_one_or_none()
+    return cast(str | None, key)
+
+
+async def remove(engine: AsyncEngine, file_id: str) -> None:
+    """Forget a deleted file whose bytes the store has let go of."""
+    async with autocommit(engine).connect() as conn:
+        await conn.execute(
+            delete(files).where(files.c.id == file_id, files.c.deleted_at.is_not(None))
+        )
+
+
+async def live_uploads(
+    engine: AsyncEngine, account_id: int, file_ids: Collection[str]
+) -> dict[str, FileRecord]:
+    """Those of ``file_ids`` that are live uploads of the account, by id: one query."""
+    if not file_ids:
+        return {}
+    c = files.c
+    query = select(files).where(
+        c.id.in_(list(file_ids)),
+        c.account_id == account_id,
+        c.kind == "upload",
+        _live(),
+    )
+    async with autocommit(engine).connect() as conn:
+        rows = (await conn.execute(query)).mappings().all()
+    return {row["id"]: _record(row) for row in rows}

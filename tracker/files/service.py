@@ -1,0 +1,294 @@
+"""Files' use cases: store an upload or an output, read, list, delete, deliver, and find the
+files a prediction's input refers to.
+
+The store holds every byte before the row is written, so Postgres never names half a file; an
+insert that fails removes the stored object again.
+"""
+
+from __future__ import annotations
+
+import base64
+import builtins
+import logging
+import os
+import re
+import time
+import unicodedata
+from collections.abc import AsyncIterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from tracker.capabilities import Verdict
+from tracker.files import records
+from tracker.files.links import FILE_ID, FileLinks, file_reference
+from tracker.files.records import FileRecord
+from tracker.files.settings import FileSettings
+from tracker.files.store import FileStore, ObjectMissing, OpenedObject, StoreError
+from tracker.store import PageKey
+
+__all__ = ["FileRecord", "FileRefError", "Files", "LinkExpired", "NoSuchFile"]
+
+log = logging.getLogger(__name__)
+
+#: Longest name kept (characters); longer ones keep their end (the extension).
+MAX_NAME = 255
+_CONTENT_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
+
+
+class NoSuchFile(Exception):
+    """No such live file, or a delivery link that does not name it (forged, wrong name)."""
+
+
+class LinkExpired(Exception):
+    """A genuine delivery link past its expiry."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileRefError:
+    """A file reference in an input that names no usable file: where, and why."""
+
+    field: str
+    message: str
+
+
+def new_file_id() -> str:
+    """``f`` and 25 lowercase base32 characters (125 random bits): as long as a prediction id."""
+    return "f" + base64.b32encode(os.urandom(16)).decode().lower()[:25]
+
+
+def clean_name(name: str) -> str:
+    """A client's or runner's file name made safe to store and to put in a URL path: its last
+    path segment, without control characters, at most ``MAX_NAME`` characters."""
+    name = name.replace("\\", "/").rsplit("/", 1)[-1]
+    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
+    if name in ("", ".", ".."):
+        return "file"
+    return name[-MAX_NAME:]
+
+
+def clean_content_type(value: str | None) -> str:
+    value = (value or "").strip()
+    if len(value) > 255 or not _CONTENT_TYPE.fullmatch(value):
+        return "application/octet-stream"
+    return value
+
+
+class Files:
+    def __init__(
+        self, engine: AsyncEngine, store: FileStore, links: FileLinks, settings: FileSettings
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.links = links
+        self.settings = settings
+
+    async def save_upload(
+        self,
+        account_id: int,
+        name: str,
+        content_type: str,
+        chunks: AsyncIterable[bytes],
+        metadata: dict[str, Any],
+    ) -> FileRecord:
+        """Store an upload (``POST /v1/files``); it expires after ``retention`` seconds.
+        Raises the store's ``TooLarge`` and ``StoreUnavailable``, nothing recorded."""
+        file_id = new_file_id()
+        return await self._save(
+            account_id,
+            "upload",
+            None,
+            f"uploads/{account_id}/{file_id}",
+            file_id,
+            name,
+            content_type,
+            chunks,
+            metadata,
+            self.settings.retention,
+        )
+
+    async def save_output(
+        self,
+        account_id: int,
+        prediction_id: str,
+        name: str,
+        content_type: str,
+        chunks: AsyncIterable[bytes],
+    ) -> str:
+        """Store an output file of a prediction; its delivery URL (no expiry of its own: the
+        file goes after ``output_retention`` seconds)."""
+        file_id = new_file_id()
+        record = await self._save(
+            account_id,
+            "output",
+            prediction_id,
+            f"outputs/{prediction_id}/{file_id}",
+            file_id,
+            name,
+            content_type,
+            chunks,
+            {},
+            self.settings.output_retention,
+        )
+        url = self.links.delivery_url(record, None)
+        if url is None:
+            raise StoreError("no signing key to make the output file's URL with")
+        return url
+
+    async def _save(
+        self,
+        account_id: int,
+        kind: str,
+        prediction_id: str | None,
+        key: str,
+        file_id: str,
+        name: str,
+        content_type: str,
+        chunks: AsyncIterable[bytes],
+        metadata: dict[str, Any],
+        retention: float,
+    ) -> FileRecord:
+        content_type = clean_content_type(content_type)
+        stored = await self.store.put(
+            key, chunks, content_type=content_type, max_bytes=self.settings.max_bytes
+        )
+        now = datetime.now(UTC)
+        record = FileRecord(
+            id=file_id,
+            account_id=account_id,
+            kind=kind,
+            prediction_id=prediction_id,
+            name=clean_name(name),
+            content_type=content_type,
+            size=stored.size,
+            sha256=stored.sha256,
+            md5=stored.md5,
+            etag=stored.etag,
+            metadata=metadata,
+            storage_key=stored.key,
+            created_at=now,
+            expires_at=now + timedelta(seconds=retention),
+        )
+        try:
+            await records.insert_record(self.engine, record)
+        except BaseException:
+            await self._forget_bytes(stored.key)
+            raise
+        return record
+
+    async def _forget_bytes(self, key: str) -> None:
+        try:
+            await self.store.delete(key)
+        except StoreError as error:
+            log.warning("stored object %s could not be removed: %r", key, error)
+
+    async def get(self, account_id: int, file_id: str) -> FileRecord | None:
+        """The account's live file (None: missing, another account's, deleted, expired)."""
+        if not FILE_ID.fullmatch(file_id):
+            return None
+        return await records.get_live(self.engine, file_id, account_id)
+
+    async def list(
+        self, account_id: int, after: PageKey | None, before: PageKey | None, limit: int
+    ) -> builtins.list[FileRecord]:
+        """The account's live uploads, newest first, up to ``limit`` from a cursor's key."""
+        return await records.list_for_account(
+            self.engine, account_id, after=after, before=before, limit=limit
+        )
+
+    async def delete(self, account_id: int, file_id: str) -> bool:
+        """Delete the account's file; False when it had none such. The row goes once the
+        store let go of the bytes (a store that fails leaves it marked, invisible)."""
+        if not FILE_ID.fullmatch(file_id):
+            return False
+        key = await records.mark_deleted(self.engine, account_id, file_id)
+        if key is None:
+            return False
+        try:
+            await self.store.delete(key)
+        except StoreError as error:
+            log.warning("file %s deleted; its bytes stay until the sweep: %r", file_id, error)
+            return True
+        await records.remove(self.engine, file_id)
+        return True
+
+    async def open_delivery(
+        self, file_id: str, token: str, name: str | None = None
+    ) -> tuple[FileRecord, OpenedObject]:
+        """The file a delivery link names, opened. Raises :class:`NoSuchFile` (forged link,
+        wrong name, no such live file, bytes gone), :class:`LinkExpired`, or the store's
+        ``StoreUnavailable``."""
+        if not FILE_ID.fullmatch(file_id):
+            raise NoSuchFile(file_id)
+        verdict = await self.links.check(file_id, token)
+        if verdict is Verdict.FORGED:
+            raise NoSuchFile(file_id)
+        record = await records.get_live(self.engine, file_id)
+        if record is None or (name is not None and name != record.name):
+            raise NoSuchFile(file_id)
+        if verdict is Verdict.EXPIRED:
+            raise LinkExpired(file_id)
+        try:
+            opened = await self.store.open(record.storage_key)
+        except ObjectMissing as error:
+            raise NoSuchFile(file_id) from error
+        return record, opened
+
+    async def input_links(
+        self, account_id: int, input: dict[str, Any], base_url: str | None = None
+    ) -> tuple[dict[str, Any], builtins.list[FileRefError]]:
+        """``input`` with each file reference (a URL whose path is ``/v1/files/{id}``)
+        replaced by a delivery URL valid ``input_link_ttl`` seconds, and an error for each
+        reference that names no live upload of the account (``input.<path>``). One query for
+        all references, none without any; an input without references comes back as is.
+
+        The delivery URLs are for runners: under ``CONDUIT_FILES_INTERNAL_URL`` when set (how
+        runners reach the api), else under ``base_url`` (the api a request arrived at), else
+        under the public URL."""
+        found = list(_references(input, ("input",)))
+        if not found:
+            return input, []
+        uploads = await records.live_uploads(
+            self.engine, account_id, {file_id for _, file_id in found}
+        )
+        errors = [
+            FileRefError(".".join(map(str, path)), "file not found")
+            for path, file_id in found
+            if file_id not in uploads
+        ]
+        expires = int(time.time() + self.settings.input_link_ttl)
+        links = self.links
+        if self.settings.internal_url or base_url:
+            links = links.at(self.settings.internal_url or base_url or "")
+        urls = {file_id: links.delivery_url(record, expires) for file_id, record in uploads.items()}
+        return _replace(input, urls), errors
+
+
+def _references(
+    value: Any, path: tuple[str | int, ...]
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """(path, file id) of every file reference in ``value``, in document order."""
+    if isinstance(value, str):
+        file_id = file_reference(value)
+        if file_id is not None:
+            yield path, file_id
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _references(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _references(item, (*path, index))
+
+
+def _replace(value: Any, urls: dict[str, str | None]) -> Any:
+    if isinstance(value, str):
+        file_id = file_reference(value)
+        url = urls.get(file_id) if file_id is not None else None
+        return url if url is not None else value
+    if isinstance(value, dict):
+        return {key: _replace(item, urls) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_replace(item, urls) for item in value]
+    return value
