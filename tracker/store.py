@@ -13,7 +13,9 @@ from typing import Any, cast
 
 import orjson
 from sqlalchemy import (
+    ColumnElement,
     Float,
+    Select,
     Table,
     and_,
     case,
@@ -181,6 +183,31 @@ class PageKey:
     id: str
 
 
+def keyset_page(
+    query: Select[Any],
+    created_at: ColumnElement[datetime],
+    id: ColumnElement[str],
+    *,
+    after: PageKey | None,
+    before: PageKey | None,
+) -> Select[Any]:
+    """``query`` narrowed and ordered for one newest-first page: ``after`` pages towards
+    older rows (newest first), ``before`` towards newer ones (oldest first; the caller
+    reverses them), neither the newest rows."""
+    if after is not None:
+        return query.where(
+            or_(created_at < after.created_at, and_(created_at == after.created_at, id < after.id))
+        ).order_by(created_at.desc(), id.desc())
+    if before is not None:
+        return query.where(
+            or_(
+                created_at > before.created_at,
+                and_(created_at == before.created_at, id > before.id),
+            )
+        ).order_by(created_at.asc(), id.asc())
+    return query.order_by(created_at.desc(), id.desc())
+
+
 async def list_for_account(
     engine: AsyncEngine,
     account_id: int,
@@ -202,22 +229,7 @@ async def list_for_account(
         query = query.where(c.created_at < created_before)
     if source is not None:
         query = query.where(c.source == source)
-    if after is not None:
-        query = query.where(
-            or_(
-                c.created_at < after.created_at,
-                and_(c.created_at == after.created_at, c.id < after.id),
-            )
-        ).order_by(c.created_at.desc(), c.id.desc())
-    elif before is not None:
-        query = query.where(
-            or_(
-                c.created_at > before.created_at,
-                and_(c.created_at == before.created_at, c.id > before.id),
-            )
-        ).order_by(c.created_at.asc(), c.id.asc())
-    else:
-        query = query.order_by(c.created_at.desc(), c.id.desc())
+    query = keyset_page(query, c.created_at, c.id, after=after, before=before)
     async with autocommit(engine).connect() as conn:
         rows = list((await conn.execute(query.limit(limit))).mappings().all())
     if before is not None:

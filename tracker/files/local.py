@@ -19,6 +19,7 @@ from typing import BinaryIO
 
 from tracker.files.store import (
     CHUNK_BYTES,
+    ChunkReader,
     ObjectMissing,
     OpenedObject,
     StoredObject,
@@ -64,38 +65,21 @@ class Digests:
         return self._md5.hexdigest()
 
 
-class _FileChunks:
-    """Chunks of an open file, each read in a thread; the file is closed at the end, on a
-    read error, or by ``aclose`` (also when iteration never started)."""
+class _FileChunks(ChunkReader):
+    """Chunks of an open file, each read in a thread."""
 
     def __init__(self, handle: BinaryIO, chunk_bytes: int) -> None:
-        self._handle: BinaryIO | None = handle
+        self._handle = handle
         self._chunk_bytes = chunk_bytes
 
-    def __aiter__(self) -> _FileChunks:
-        return self
-
-    async def __anext__(self) -> bytes:
-        handle = self._handle
-        if handle is None:
-            raise StopAsyncIteration
+    async def _read(self) -> bytes:
         try:
-            data = await asyncio.to_thread(handle.read, self._chunk_bytes)
+            return await asyncio.to_thread(self._handle.read, self._chunk_bytes)
         except OSError as e:
-            await self.aclose()
             raise StoreUnavailable(f"reading a stored file failed: {e}") from e
-        except BaseException:
-            await self.aclose()
-            raise
-        if not data:
-            await self.aclose()
-            raise StopAsyncIteration
-        return data
 
-    async def aclose(self) -> None:
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            handle.close()
+    async def _release(self) -> None:
+        self._handle.close()
 
 
 class LocalStore:

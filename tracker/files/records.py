@@ -27,7 +27,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker.db import autocommit
-from tracker.store import PageKey
+from tracker.store import PageKey, keyset_page
 from tracker.tables import File
 
 files = cast(Table, File.__table__)
@@ -124,22 +124,7 @@ async def list_for_account(
     """Newest first. ``after`` pages towards older rows, ``before`` towards newer ones."""
     c = files.c
     query = select(files).where(c.account_id == account_id, c.kind == "upload", _live())
-    if after is not None:
-        query = query.where(
-            or_(
-                c.created_at < after.created_at,
-                and_(c.created_at == after.created_at, c.id < after.id),
-            )
-        ).order_by(c.created_at.desc(), c.id.desc())
-    elif before is not None:
-        query = query.where(
-            or_(
-                c.created_at > before.created_at,
-                and_(c.created_at == before.created_at, c.id > before.id),
-            )
-        ).order_by(c.created_at.asc(), c.id.asc())
-    else:
-        query = query.order_by(c.created_at.desc(), c.id.desc())
+    query = keyset_page(query, c.created_at, c.id, after=after, before=before)
     async with autocommit(engine).connect() as conn:
         rows = (await conn.execute(query.limit(limit))).mappings().all()
     records = [_record(row) for row in rows]

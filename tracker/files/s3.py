@@ -26,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tracker.files.local import Digests, check_key
 from tracker.files.store import (
     CHUNK_BYTES,
+    ChunkReader,
     ObjectMissing,
     OpenedObject,
     StoredObject,
@@ -69,37 +70,20 @@ async def _unavailable(what: str) -> AsyncIterator[None]:
         raise StoreUnavailable(f"{what}: {type(e).__name__}: {e}") from e
 
 
-class _BodyChunks:
-    """Chunks of a ``GetObject`` body. The connection is released at the end, on an error,
-    or by ``aclose`` (also when iteration never started)."""
+class _BodyChunks(ChunkReader):
+    """Chunks of a ``GetObject`` body; releasing it gives the connection back."""
 
     def __init__(self, body: StreamingBody, chunk_bytes: int, key: str) -> None:
-        self._body: StreamingBody | None = body
+        self._body = body
         self._chunk_bytes = chunk_bytes
         self._key = key
 
-    def __aiter__(self) -> _BodyChunks:
-        return self
+    async def _read(self) -> bytes:
+        async with _unavailable(f"reading {self._key}"):
+            return await self._body.read(self._chunk_bytes)
 
-    async def __anext__(self) -> bytes:
-        body = self._body
-        if body is None:
-            raise StopAsyncIteration
-        try:
-            async with _unavailable(f"reading {self._key}"):
-                data = await body.read(self._chunk_bytes)
-        except BaseException:
-            await self.aclose()
-            raise
-        if not data:
-            await self.aclose()
-            raise StopAsyncIteration
-        return data
-
-    async def aclose(self) -> None:
-        body, self._body = self._body, None
-        if body is not None:
-            await body.__aexit__(None, None, None)
+    async def _release(self) -> None:
+        await self._body.__aexit__(None, None, None)
 
 
 class S3Store:

@@ -59,6 +59,41 @@ class ByteChunks(Protocol):
     async def aclose(self) -> None: ...
 
 
+class ChunkReader:
+    """A backend's read stream as :class:`ByteChunks`: ``_read`` gives the next chunk (empty
+    at the end), ``_release`` lets go of the stream. It is released at the end, on an error,
+    or by ``aclose`` (also when iteration never started), once."""
+
+    _open = True
+
+    async def _read(self) -> bytes:
+        raise NotImplementedError
+
+    async def _release(self) -> None:
+        raise NotImplementedError
+
+    def __aiter__(self) -> ChunkReader:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._open:
+            raise StopAsyncIteration
+        try:
+            data = await self._read()
+        except BaseException:
+            await self.aclose()
+            raise
+        if not data:
+            await self.aclose()
+            raise StopAsyncIteration
+        return data
+
+    async def aclose(self) -> None:
+        if self._open:
+            self._open = False
+            await self._release()
+
+
 @dataclass(slots=True)
 class OpenedObject:
     """An object opened for reading: its size is known before the first byte is sent.
