@@ -1,4 +1,4 @@
-"""``conduit``: migrate, api, runner, director, admin and dev, each a subcommand."""
+"""``conduit``: migrate, api, runner, director, gateway, admin and dev, each a subcommand."""
 
 from __future__ import annotations
 
@@ -144,6 +144,18 @@ def cmd_director(args: argparse.Namespace) -> None:
     run_async(serve(settings))
 
 
+def cmd_gateway(args: argparse.Namespace) -> None:
+    from gateway.server import default_executor, serve
+    from gateway.settings import GatewaySettings
+
+    overrides: dict[str, Any] = {}
+    if args.host is not None:
+        overrides["host"] = args.host
+    if args.port is not None:
+        overrides["port"] = args.port
+    run_async(serve(GatewaySettings(**overrides), default_executor))
+
+
 def cmd_dev(args: argparse.Namespace) -> None:
     from conduit.dev import run_dev
 
@@ -210,6 +222,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the runner's URL as api replicas reach it, for the fleet (default: --runner-url)",
     )
     director.set_defaults(func=cmd_director)
+
+    gateway = sub.add_parser(
+        "gateway", help="serve the gRPC inference gateway (BlockInferenceService, health)"
+    )
+    gateway.add_argument("--host", help="default: CONDUIT_GATEWAY_HOST, else 127.0.0.1")
+    gateway.add_argument("--port", type=int, help="default: CONDUIT_GATEWAY_PORT, else 50051")
+    gateway.set_defaults(func=cmd_gateway)
 
     add_admin(sub)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol import Priority
+from tracker.files.data_urls import DataUrls
 
 #: ``(event, data, id)``: one event of a streamed run (the prediction stream's names).
 StreamEvent = tuple[str, str, str]
@@ -39,7 +40,7 @@ class RunRequest:
     priority: Priority
     """Already honoured: what the account may ask for on this destination."""
     input_json: bytes
-    """The input, as canonical JSON."""
+    """The input, as canonical JSON: what the run is recorded with."""
     stream: bool
     """Answer the run's events as they happen rather than the finished run."""
     left: Callable[[], Awaitable[object]]
@@ -47,6 +48,11 @@ class RunRequest:
     cancel_after: float | None = None
     """Seconds the client gives the run to be dispatched (``Cancel-After``)."""
     request_id: str | None = None
+    runner_input_json: bytes | None = None
+    """The input as the runner gets it, when it differs from ``input_json`` (each file
+    reference a signed delivery URL)."""
+    output_files: DataUrls | None = None
+    """Where the run's large data URLs go (none moved without it)."""
 
 
 @dataclass(frozen=True, slots=True)

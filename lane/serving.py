@@ -10,6 +10,7 @@ the lane), and is recorded as canceled. The permit is given back exactly once pe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator
@@ -23,6 +24,7 @@ from lane import runner_call
 from lane.departure import Departure
 from lane.errors import OutOfCapacity, RunFailed
 from lane.events import Dispatch, Fail, Outcome, Reject, band_of
+from lane.outputs import OutputNotKept, RunOutputs, failed
 from lane.request import Finished, Left, RunRequest, RunResult, Streamed, StreamEvent
 from lane.runner_call import Answer
 from lane.stream_events import SnapshotEvents
@@ -52,6 +54,7 @@ class LaneRun:
         self.dispatched = 0.0
         self.hardware = UNKNOWN_HARDWARE
         self.departure = Departure(request.left)
+        self.outputs = RunOutputs(request.output_files, request.account_id, self.id)
 
     def record(
         self, status: Status, prediction: PredictionResponse | None, error: str | None
@@ -160,7 +163,7 @@ async def _attempts(call: LaneRun, verdict: Dispatch | Reject | Fail) -> RunResu
             if request.stream:
                 return Streamed(_events(call, dispatch, answer), call.headers(dispatch, answer))
             lane.shell.done(dispatch, Outcome.OK, first_byte_sent=True)
-            return _finished(call, dispatch, answer)
+            return await _finished(call, dispatch, answer)
         log.info(
             "run %s: attempt %d on %s: %s",
             call.id,
@@ -189,7 +192,7 @@ async def _attempt(call: LaneRun, dispatch: Dispatch) -> Answer | None:
         runner_call.call(
             lane.client(entry),
             call.id,
-            orjson.Fragment(request.input_json),
+            orjson.Fragment(request.runner_input_json or request.input_json),
             tenant=str(request.account_id),
             priority=request.priority.value,
             stream=request.stream,
@@ -210,9 +213,13 @@ def _abandon(call: LaneRun, dispatch: Dispatch) -> None:
     call.record(Status.CANCELED, None, None)
 
 
-def _finished(call: LaneRun, dispatch: Dispatch, answer: Answer) -> Finished:
+async def _finished(call: LaneRun, dispatch: Dispatch, answer: Answer) -> Finished:
     prediction = answer.prediction
     assert prediction is not None
+    try:
+        prediction = await call.outputs.kept(prediction)
+    except OutputNotKept as lost:
+        prediction = failed(prediction, str(lost))
     status = Status(prediction.status.value)
     body = call.record(status, prediction, prediction.error)
     return Finished(body, call.headers(dispatch, answer))
@@ -226,16 +233,12 @@ async def _events(
     outcome, error = Outcome.DISCONNECTED, None
     try:
         try:
-            async for snapshot in runner_call.snapshots(answer):
-                for event in converter.take(snapshot):
+            async with contextlib.aclosing(_relayed(call, dispatch, answer, converter)) as relayed:
+                async for event in relayed:
                     yield event
-                if snapshot.status.is_terminal:
-                    break
-            last = converter.last
-            if last is None or not last.status.is_terminal:
-                outcome, error = Outcome.FAILED, "the runner ended the stream before the run"
-            else:
-                outcome, error = Outcome.OK, last.error
+            outcome, error = _closing(converter.last)
+        except OutputNotKept as unkept:  # the runner is not at fault
+            outcome, error = Outcome.OK, str(unkept)
         except Exception as failure:  # the runner's stream broke: the client is told
             outcome = Outcome.FAILED
             error = f"the runner failed after the response started: {failure!r}"
@@ -248,6 +251,35 @@ async def _events(
             call.cancel_at_runner(dispatch)
         call.lane.shell.done(dispatch, outcome, first_byte_sent=True)
         call.record(_ended(outcome, converter.last), converter.last, error)
+
+
+async def _relayed(
+    call: LaneRun, dispatch: Dispatch, answer: Answer, converter: SnapshotEvents
+) -> AsyncGenerator[StreamEvent, None]:
+    """The events of the runner's snapshots, up to the terminal one, each snapshot's large
+    data URLs stored before its events leave. One that cannot be stored raises
+    :class:`OutputNotKept`: the run ends as failed (``converter.last`` says so), and the
+    runner is told to cancel it if it goes on."""
+    async for snapshot in runner_call.snapshots(answer):
+        try:
+            kept = await call.outputs.kept(snapshot)
+        except OutputNotKept as unkept:
+            if not snapshot.status.is_terminal:
+                call.cancel_at_runner(dispatch)
+            converter.last = failed(snapshot, str(unkept))
+            raise
+        for event in converter.take(kept):
+            yield event
+        if kept.status.is_terminal:
+            return
+
+
+def _closing(last: PredictionResponse | None) -> tuple[Outcome, str | None]:
+    """How a stream the runner ended went: ok with the run's own error, or failed when it
+    ended before the run did."""
+    if last is None or not last.status.is_terminal:
+        return Outcome.FAILED, "the runner ended the stream before the run"
+    return Outcome.OK, last.error
 
 
 def _ended(outcome: Outcome, last: PredictionResponse | None) -> Status:

@@ -58,6 +58,10 @@ def _links(resources: Resources, request: Request) -> FileLinks:
     return _files(resources).links.at(resources.base_url(request))
 
 
+#: What a delivered file may do when a browser opens it: nothing but show itself.
+DELIVERY_CSP = "sandbox; default-src 'none'; img-src 'self' data:; media-src 'self'"
+
+
 def _field_error(field: str, message: str, kind: type[Problem] = InvalidInput) -> Problem:
     return kind(f"{field}: {message}", errors=[{"field": field, "message": message}])
 
@@ -107,7 +111,8 @@ class Upload:
 
     async def _other(self, part: Part) -> None:
         data = bytearray()
-        limit = MAX_METADATA if part.name == "metadata" else self.extra_left
+        # Every part other than the file counts against one budget, metadata parts too.
+        limit = min(MAX_METADATA, self.extra_left) if part.name == "metadata" else self.extra_left
         async for event in self.events:
             if event is None:
                 break
@@ -118,6 +123,8 @@ class Upload:
         self.extra_left -= len(data)
         if part.name == "metadata":
             self.metadata.update(_metadata(bytes(data)))
+            if len(orjson.dumps(self.metadata)) > MAX_METADATA:
+                raise _field_error("metadata", "too large", PayloadTooLarge)
 
     async def drain(self) -> None:
         """Read (and drop) a little more of a refused body, so the answer reaches a client
@@ -140,7 +147,19 @@ def _metadata(raw: bytes) -> dict[str, Any]:
         raise _field_error("metadata", "must be valid JSON") from None
     if not isinstance(value, dict):
         raise _field_error("metadata", "must be a JSON object")
+    if _has_nul(value):  # Postgres' JSONB cannot hold it
+        raise _field_error("metadata", "must not contain NUL characters (\\u0000)")
     return value
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
 
 
 def _declared_length(request: Request) -> int | None:
@@ -250,6 +269,11 @@ async def deliver_file(
         "Cache-Control": "private",
         # As stored: a media type given to the response would gain a charset.
         "Content-Type": record.content_type,
+        # The bytes are a client's or a model's, served from the api's origin: never sniffed
+        # into something else, and an HTML or SVG file runs nothing here (a sandboxed,
+        # script-less document of its own).
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": DELIVERY_CSP,
     }
 
     async def body() -> AsyncIterator[bytes]:

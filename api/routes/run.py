@@ -14,6 +14,10 @@ reading the body), then the body, then a permit (waiting in the bounded queue), 
 runner. This module does the HTTP half (the first, and the body); it hands the lane a plain
 :class:`lane.request.RunRequest` for the rest, and renders what the lane answers. The lane's
 refusals (``lane.errors``) become problem+json in ``api.errors``.
+
+Files as on the durable path: each file reference in the input reaches the runner as a signed
+delivery URL (the run is recorded with the input as given), and each data URL of the answer
+above the files' ``inline_max`` is stored and answered as its URL (``lane.outputs``).
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from lane.request import Destination, Finished, RunRequest, Streamed
 from lane.service import Lane
 from protocol import Priority
 from tracker.catalog import AccountInfo
+from tracker.files.data_urls import DataUrls
+from tracker.files.service import Files
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 
@@ -166,8 +172,9 @@ async def _run(
     linked = await serving.check_file_references(
         resources, account, body.input, resources.base_url(request)
     )
-    if linked is not body.input:  # file references: the runner gets signed delivery URLs
-        input_json = canonical_input(linked, resources.settings.max_input_depth)
+    runner_input_json = None  # recorded as given; the runner gets signed delivery URLs
+    if linked is not body.input:
+        runner_input_json = canonical_input(linked, resources.settings.max_input_depth)
     version = destination.version
     result = await lane.run(
         RunRequest(
@@ -186,6 +193,8 @@ async def _run(
             left=functools.partial(disconnected, request),
             cancel_after=cancel_after.total_seconds() if cancel_after else None,
             request_id=REQUEST_ID.get(),
+            runner_input_json=runner_input_json,
+            output_files=_output_files(resources, request),
         )
     )
     if isinstance(result, Finished):
@@ -194,6 +203,18 @@ async def _run(
         headers = {"Cache-Control": "no-store", **result.headers}
         return EventSourceResponse(_server_sent(result), headers=headers)
     return Response(status_code=499)  # the client left: nobody reads it
+
+
+def _output_files(resources: Resources, request: Request) -> DataUrls | None:
+    """Where the run's large data URLs go: the file store, as for a queued prediction; their
+    URLs under the api this request arrived at (unless a public URL is set)."""
+    files = resources.files
+    if files is None:
+        return None
+    base_url = resources.base_url(request)
+    if base_url != files.links.base_url:
+        files = Files(files.engine, files.store, files.links.at(base_url), files.settings)
+    return DataUrls(files, files.settings.inline_max)
 
 
 async def _server_sent(result: Streamed) -> AsyncIterator[ServerSentEvent]:

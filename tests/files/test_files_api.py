@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import orjson
 import pytest
 import replicate
 
@@ -126,6 +127,26 @@ def test_a_body_without_content_or_with_bad_metadata_names_the_field(
     assert listed["results"] == []
 
 
+def test_metadata_is_bounded_across_parts_and_storable(client: httpx.Client) -> None:
+    """Many metadata parts add up to one bound (64 KiB), and a NUL (which Postgres' JSONB
+    refuses) is the client's error, not the server's."""
+    parts: list[tuple[str, tuple[str | None, bytes, str]]] = [
+        ("content", ("a.txt", b"x", "text/plain"))
+    ]
+    for i in range(40):  # 40 parts of 4 KiB each: every one fine, all together not
+        blob = orjson.dumps({f"k{i}": "v" * 4000})
+        parts.append(("metadata", (None, blob, "application/json")))
+    too_much = client.post("/v1/files", files=parts)
+    assert assert_problem(too_much, 413)["errors"][0]["field"] == "metadata"
+    nul = client.post(
+        "/v1/files",
+        files={"content": ("a.txt", b"x", "text/plain")},
+        data={"metadata": '{"note": "a\\u0000b"}'},
+    )
+    assert assert_problem(nul, 422)["errors"][0]["field"] == "metadata"
+    assert client.get("/v1/files").json()["results"] == []
+
+
 def test_list_pages_newest_first(own_api: OwnApi, admin: Admin) -> None:
     with own_api.client(admin.create_account(f"files-{uuid.uuid4().hex[:8]}")) as client:
         ids = [_upload(client, f"file {i}".encode())["id"] for i in range(5)]
@@ -182,6 +203,9 @@ def test_delivery_url_serves_the_bytes_without_a_token(own_api: OwnApi, admin: A
     assert served.headers["etag"] == f'"{created["etag"]}"'
     assert served.headers["cache-control"] == "private"
     assert served.headers["content-disposition"].startswith("inline")
+    # Someone's bytes on the api's origin: never sniffed, never a live document.
+    assert served.headers["x-content-type-options"] == "nosniff"
+    assert served.headers["content-security-policy"].startswith("sandbox")
     forged = httpx.get(_delivery_url(own_api.url, created, key=secrets.token_urlsafe(32)))
     absent = httpx.get(_delivery_url(own_api.url, {"id": MISSING_ID, "name": "a b.bin"}))
     assert_problem(forged, 404)

@@ -26,10 +26,13 @@ from tests.fixtures.s3_server import S3Server
 from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import until
 from tracker import store
+from tracker.capabilities import StreamSigner
 from tracker.db import make_engine
+from tracker.files.links import FileLinks
 from tracker.files.local import LocalStore
 from tracker.files.retention import RetentionSweep, SweepResult
 from tracker.files.s3 import S3Store
+from tracker.files.service import Files
 from tracker.files.settings import FileSettings
 from tracker.files.store import FileStore, ObjectMissing
 
@@ -353,3 +356,25 @@ async def test_a_clock_decides_what_is_due(db: AsyncEngine, file_store: FileStor
     assert await sweep.sweep_once() == SweepResult(predictions=1, files=1)
     assert await prediction_data(db, recent) == REMOVED
     assert not await in_store(file_store, key)
+
+
+@pytest.mark.parametrize("output_retention", [0, 3600])
+async def test_output_files_live_as_long_as_their_prediction(
+    db: AsyncEngine, file_store: FileStore, output_retention: int
+) -> None:
+    """An output stored through the service has no clock of its own: it is kept while its
+    prediction runs, however long, and with ``output_retention=0`` for good."""
+    running, account = await finished_prediction(db, None, age=None)
+    settings = FileSettings(output_retention=output_retention)
+    signer = StreamSigner(key=b"k" * 32)
+    files = Files(db, file_store, FileLinks("http://conduit.test", signer), settings)
+    url = await files.save_output(account, running, "out.png", "image/png", _chunks(b"png"))
+    days_later = datetime.now(UTC) + timedelta(days=3)
+
+    sweep = RetentionSweep(db, file_store, settings, clock=lambda: days_later)
+    assert await sweep.sweep_once() == SweepResult()
+    file_id = url.split("/v1/files/")[1].split("/")[0]
+    assert await file_rows(db) == {file_id}
+    record, opened = await files.open_delivery(file_id, url.split("/")[-2], "out.png")
+    await opened.chunks.aclose()
+    assert record.expires_at is None

@@ -17,7 +17,7 @@ from director.metrics import DirectorMetrics
 from runners.metrics import RunnerMetrics
 from runners.pool.metrics import PoolMetrics
 
-PRODUCT = ["core", "protocol", "runners", "tracker", "lane", "director", "api"]
+PRODUCT = ["core", "protocol", "runners", "tracker", "lane", "director", "api", "gateway"]
 
 
 def _modules() -> list[str]:

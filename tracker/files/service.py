@@ -117,8 +117,9 @@ class Files:
         content_type: str,
         chunks: AsyncIterable[bytes],
     ) -> str:
-        """Store an output file of a prediction; its delivery URL (no expiry of its own: the
-        file goes after ``output_retention`` seconds)."""
+        """Store an output file of a prediction; its delivery URL. It has no expiry of its
+        own: the retention sweep removes it with the prediction's data, ``output_retention``
+        seconds after the prediction ended (never while it runs)."""
         file_id = new_file_id()
         record = await self._save(
             account_id,
@@ -130,7 +131,7 @@ class Files:
             content_type,
             chunks,
             {},
-            self.settings.output_retention,
+            None,
         )
         url = self.links.delivery_url(record, None)
         if url is None:
@@ -148,7 +149,7 @@ class Files:
         content_type: str,
         chunks: AsyncIterable[bytes],
         metadata: dict[str, Any],
-        retention: float,
+        retention: float | None,
     ) -> FileRecord:
         content_type = clean_content_type(content_type)
         stored = await self.store.put(
@@ -169,7 +170,7 @@ class Files:
             metadata=metadata,
             storage_key=stored.key,
             created_at=now,
-            expires_at=now + timedelta(seconds=retention),
+            expires_at=now + timedelta(seconds=retention) if retention is not None else None,
         )
         try:
             await records.insert_record(self.engine, record)

@@ -1,0 +1,39 @@
+"""What runs a task: the :class:`Executor` protocol the ``infer`` handler hands tasks to."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple, Protocol
+
+from gateway.errors import Unavailable
+from gateway.task import Task
+from tracker.catalog import AccountInfo
+
+
+class OutputFile(NamedTuple):
+    """A file of the answer: its metadata (a JSON object) and its bytes."""
+
+    metadata: dict[str, Any]
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TaskResult:
+    #: The answer's ``data``: any JSON value (sent serialised).
+    data: Any
+    files: list[OutputFile] = field(default_factory=list)
+
+
+class Executor(Protocol):
+    async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
+        """Run ``task`` for ``account``. ``deadline`` is the ``time.monotonic()`` instant by
+        which the answer is due (None: no limit); past it, raise
+        :class:`gateway.errors.DeadlineExceeded`. Refusals are :mod:`gateway.errors` errors."""
+        ...
+
+
+class Unconfigured:
+    """The executor of a gateway that runs no blocks: every task is ``UNAVAILABLE``."""
+
+    async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
+        raise Unavailable("this gateway has no executor to run the task on", "block_id")
