@@ -60,6 +60,9 @@ class Attempt:
     #: its limit): set once, and the attempt fails the prediction with it at once.
     unkept: str | None = None
     output_lost: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The output files stored from this attempt's webhooks, by the digest of their type and
+    #: bytes: a file sent again (each snapshot carries the whole output so far) keeps its URL.
+    kept_files: dict[str, str] = field(default_factory=dict, repr=False)
 
     def cannot_keep(self, reason: str) -> None:
         """The runner's output cannot be kept: fail the prediction now, free the slot."""

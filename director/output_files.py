@@ -5,17 +5,33 @@ The receiver streams what runners upload (and the data URLs it takes out of webh
 output of a snapshot already parsed (a Conduit runner's snapshot stream). An output file that
 cannot be stored is output that cannot be kept: :func:`unkept_reason` words it, and the attempt
 fails the prediction with it (``Attempt.cannot_keep``).
+
+Stock Cog without an upload URL sends an iterator's whole output so far in each webhook, every
+earlier file again as a data URL: :func:`save_once` keeps one copy of each (by the digest of
+its bytes) and hands out the first copy's URL again, so the output's URLs stay as they were.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+import hashlib
+import logging
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, unkept_reason
 
-__all__ = ["SAVE_ERRORS", "DataUrlKeeper", "OutputFiles", "OutputStore", "unkept_reason"]
+__all__ = [
+    "SAVE_ERRORS",
+    "DataUrlKeeper",
+    "OutputFiles",
+    "OutputStore",
+    "save_once",
+    "unkept_reason",
+]
+
+log = logging.getLogger(__name__)
 
 
 class OutputFiles(Protocol):
@@ -30,6 +46,8 @@ class OutputFiles(Protocol):
         content_type: str,
         chunks: AsyncIterable[bytes],
     ) -> str: ...
+
+    async def delete(self, account_id: int, file_id: str) -> bool: ...
 
     async def input_links(
         self, account_id: int, input: dict[str, Any], base_url: str | None = None
@@ -54,3 +72,41 @@ class OutputStore:
         if errors:
             return input, "; ".join(f"{e.field}: {e.message}" for e in errors)
         return linked, None
+
+
+async def save_once(
+    files: OutputFiles,
+    kept: dict[str, str],
+    account_id: int,
+    prediction_id: str,
+    name: str,
+    content_type: str,
+    chunks: AsyncIterable[bytes],
+) -> str:
+    """Store one output file, unless ``kept`` (digest of an earlier file's type and bytes ->
+    its URL) shows this run stored the same before: then the new copy goes, and the earlier
+    URL is the answer. The digest is only known once every byte went by, so a repeat is
+    written and deleted again; the store keeps one copy."""
+    digest = hashlib.sha256(content_type.encode() + b"\0")
+
+    async def hashed() -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            digest.update(chunk)
+            yield chunk
+
+    url = await files.save_output(account_id, prediction_id, name, content_type, hashed())
+    earlier = kept.setdefault(digest.hexdigest(), url)
+    if earlier != url:
+        await _discard(files, account_id, url)
+    return earlier
+
+
+async def _discard(files: OutputFiles, account_id: int, url: str) -> None:
+    path = urlsplit(url).path.split("/")  # /v1/files/<id>/<token>/<name>
+    file_id = path[3] if len(path) > 3 and path[1:3] == ["v1", "files"] else None
+    if file_id is None:
+        return
+    try:
+        await files.delete(account_id, file_id)
+    except SAVE_ERRORS as error:  # the copy stays until its retention ends
+        log.warning("repeated output file %s could not be deleted: %r", file_id, error)

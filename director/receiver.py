@@ -14,15 +14,20 @@ secrets are compared in constant time: the answer tells nothing about which part
 
 A webhook body is read as it streams (:mod:`director.webhook_body`): the runner's echo of the
 input is dropped, and each output data URL past ``inline_max`` decoded bytes is streamed into
-the store and replaced by its file's URL. What remains may be at most ``max_body`` (16 MiB);
-past it the body is refused with 413. Output files come on their own too: a Conduit runner
-PUTs them to ``/runner/<prediction id>/<attempt>/<secret>/files/<name>`` (the request's
+the store and replaced by its file's URL (a file the attempt sent before keeps its first URL:
+stock Cog repeats an iterator's earlier outputs in every webhook). What remains may be at
+most ``max_body`` (16 MiB); past it the body is refused with 413. Output files come on their
+own too: a Conduit runner PUTs them to
+``/runner/<prediction id>/<attempt>/<secret>/files/<name>`` (the request's
 ``output_file_prefix``), stock Cog to ``/upload/<name>`` (its ``--upload-url``) with the
 prediction's id in ``X-Prediction-ID``, which must name an attempt in flight here (with
 ``CONDUIT_DIRECTOR_UPLOAD_TOKEN`` set, the path is ``/upload/<token>/<name>``). Either is
 answered 201 with the file's URL in ``Location``. An output the receiver cannot keep (the
 store refused a file, a snapshot past its limit) fails the prediction at once
-(``Attempt.cannot_keep``): the runner's retries could not make it fit.
+(``Attempt.cannot_keep``): the runner's retries could not make it fit. Not so on
+``/upload/``, which holds no secret of the attempt's (only its prediction's id): there a file
+past the limit, or one that broke off, is refused to whoever sent it and nothing more; stock
+Cog fails the prediction itself when its upload fails.
 
 The receiver listens on loopback unless told otherwise (``CONDUIT_DIRECTOR_RECEIVER_HOST``);
 ``CONDUIT_DIRECTOR_RECEIVER_URL`` is how runners on other hosts reach it, when it listens on
@@ -49,7 +54,7 @@ from pydantic import ValidationError
 from core.unreachable import UNREACHABLE
 from director.attempts import Attempt, Attempts, Stage, new_secret
 from director.metrics import DirectorMetrics
-from director.output_files import SAVE_ERRORS, OutputStore, unkept_reason
+from director.output_files import SAVE_ERRORS, OutputStore, save_once, unkept_reason
 from director.snapshot_files import FileStart, ScanError, SnapshotScanner
 from director.webhook_body import BodyTooLarge, Reading, reduced_snapshot
 from protocol import PredictionResponse
@@ -202,8 +207,14 @@ class Receiver:
 
         async def save(start: FileStart, chunks: AsyncIterable[bytes]) -> str:
             assert output is not None and target.account_id is not None
-            return await output.files.save_output(
-                target.account_id, target.prediction_id, start.name, start.content_type, chunks
+            return await save_once(
+                output.files,
+                target.kept_files,
+                target.account_id,
+                target.prediction_id,
+                start.name,
+                start.content_type,
+                chunks,
             )
 
         try:
@@ -257,9 +268,13 @@ class Receiver:
         target = self.attempts.for_prediction(request.headers.get("X-Prediction-ID", ""))
         if target is None or target.stage is not Stage.RUNNING or not name:
             return _not_found()
-        return await self._keep_file(request, target, name)
+        # Whoever knows a prediction's id may PUT here: a file too large is refused to the
+        # uploader and leaves the prediction alone (Cog, its upload failed, fails it itself).
+        return await self._keep_file(request, target, name, fail_too_large=False)
 
-    async def _keep_file(self, request: web.Request, target: Attempt, name: str) -> web.Response:
+    async def _keep_file(
+        self, request: web.Request, target: Attempt, name: str, fail_too_large: bool = True
+    ) -> web.Response:
         if self.output is None or target.account_id is None:
             return _not_found()
         content_type = request.headers.get("Content-Type", "application/octet-stream")
@@ -272,6 +287,8 @@ class Receiver:
             if reading.error is not None:
                 log.info("output file upload of %s broke off: %r", target.prediction_id, error)
                 return _problem(400, "Bad Request", "the upload broke off", field="body")
+            if isinstance(error, TooLarge) and not fail_too_large:
+                return _problem(413, "Content Too Large", str(error), field="body")
             if isinstance(error, SAVE_ERRORS):
                 return self._unkept(target, error)
             raise

@@ -10,7 +10,8 @@ whole: only what is needed to decide (the header, and at most ``inline_max`` dec
 
 What the scanner changes: the top-level ``input`` value (the runner's echo of the input) becomes
 ``null``; inside the top-level ``output`` value, each JSON string that is a base64 data URL of
-more than ``inline_max`` decoded bytes becomes a file. Everything else passes byte for byte.
+more than ``inline_max`` decoded bytes becomes a file (its payload's JSON escapes read: ``\\/``,
+and ``\\n`` or ``\\r`` wrapping its lines, are base64's). Everything else passes byte for byte.
 It checks only the structure it walks (one top-level object, brackets that match, nothing after
 it, no truncation) and raises :class:`ScanError` when that is wrong; the reduced body's parse
 reports the rest.
@@ -21,10 +22,11 @@ from __future__ import annotations
 import binascii
 import enum
 import json
-import mimetypes
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from tracker.files.data_urls import file_name  # the names a parsed output's files get
 
 #: Longest ``data:<mime>[;params];base64,`` header looked at; a longer one is kept as text.
 MAX_HEADER = 256
@@ -34,9 +36,7 @@ _MAX_KEY = 64
 
 @dataclass(frozen=True, slots=True)
 class Text:
-    """Bytes of the reduced body."""
-
-    data: bytes
+    data: bytes  # bytes of the reduced body
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +49,7 @@ class FileStart:
 
 @dataclass(frozen=True, slots=True)
 class FileBytes:
-    """The next decoded bytes of the file begun last."""
-
-    data: bytes
+    data: bytes  # the next decoded bytes of the file begun last
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,24 +82,12 @@ _WHITESPACE = re.compile(rb"[ \t\r\n]*")
 #: The body of a JSON string up to its closing quote (or the chunk's end); escapes included.
 _STRING_BODY = re.compile(rb'(?:[^"\\]+|\\.)*', re.DOTALL)
 _STRUCTURE = re.compile(rb'["{}\[\],]')
-_BASE64 = re.compile(rb"[A-Za-z0-9+/=]*")
+#: A run of a data URL's payload as it stands in JSON: base64, escaped slashes, line breaks.
+_BASE64 = re.compile(rb"(?:[A-Za-z0-9+/=]+|\\[/nr])*")
+_UNESCAPED = {ord("/"): b"/", ord("n"): b"", ord("r"): b""}
 _HEADER = re.compile(rb"data:([^;,]*)((?:;[^;,]*)*);base64,", re.IGNORECASE)
 _DATA = b"data:"
 _CLOSE = {ord("}"): ord("{"), ord("]"): ord("[")}
-
-
-#: The usual outputs' extensions, whatever the host's MIME tables say.
-_EXTENSIONS = {
-    **{f"image/{kind}": f".{kind}" for kind in ("png", "webp", "gif")},
-    **{"image/jpeg": ".jpg", "audio/wav": ".wav", "audio/x-wav": ".wav"},
-    **{"audio/mpeg": ".mp3", "video/mp4": ".mp4", "text/plain": ".txt"},
-}
-
-
-def file_name(number: int, content_type: str) -> str:
-    """``out-<n>.<extension of the type>``: the name of a run's n-th output file."""
-    guessed = _EXTENSIONS.get(content_type) or mimetypes.guess_extension(content_type, False)
-    return f"out-{number}{guessed or '.bin'}"
 
 
 class SnapshotScanner:
@@ -123,7 +109,7 @@ class SnapshotScanner:
         self._role = ""  # "input", "output" or "" for the current top-level value
         self._held = bytearray()  # raw bytes of an output string while it may still be a file
         self._payload = bytearray()  # base64 characters not yet decoded
-        self._escape = False  # a string's backslash ended the last chunk
+        self._escape = False  # a string's (or a payload's) backslash ended the last chunk
         self._padded = False
         self._content_type = ""
         #: Payload characters held at most before a data URL becomes a file.
@@ -307,17 +293,36 @@ class SnapshotScanner:
             self._inline()
         return end
 
+    def _payload_run(self, chunk: bytes, pos: int) -> tuple[int, bytes] | None:
+        """Where the payload from ``pos`` stops, and its base64 characters; None when the last
+        chunk's backslash (read with this one) escapes what no base64 holds."""
+        escaped = b""
+        if self._escape:
+            if (unescaped := _UNESCAPED.get(chunk[pos])) is None:
+                return None  # still escaped: the string it turns out to be reads it so
+            self._escape, escaped, pos = False, unescaped, pos + 1
+        end = _BASE64.match(chunk, pos).end()  # type: ignore[union-attr]
+        if end == len(chunk) - 1 and chunk[end] == ord("\\"):
+            self._escape = True
+            end += 1
+        raw = chunk[pos:end]
+        if b"\\" in raw:
+            raw = raw.replace(b"\\/", b"/").replace(b"\\n", b"").replace(b"\\r", b"")
+            raw = raw.removesuffix(b"\\")
+        return end, escaped + raw
+
     def _buffered(self, chunk: bytes, pos: int) -> int:
         """A data URL's payload, held while it may still stay inline."""
-        end = _BASE64.match(chunk, pos).end()  # type: ignore[union-attr]
-        room = self._hold_max - len(self._payload)
-        if end - pos > room:  # past what may stay inline: a file, whatever follows
-            end = pos + room
-            self._payload += chunk[pos:end]
+        run = self._payload_run(chunk, pos)
+        if run is None:  # an escape base64 does not hold: an ordinary string
+            self._inline()
+            return pos
+        end, data = run
+        self._payload += data
+        if len(self._payload) > self._hold_max:  # past what may stay inline: a file
             self._begin_file()
             return end
         self._held += chunk[pos:end]
-        self._payload += chunk[pos:end]
         if end == len(chunk):
             return end
         if chunk[end : end + 1] != b'"':  # not base64 after all: an ordinary string
@@ -342,10 +347,12 @@ class SnapshotScanner:
     def _begin_file(self) -> None:
         self._start_event()
         self._held.clear()
-        data = self._decode(final=False)
-        if data:
-            self._event(FileBytes(data))
+        self._file_bytes(final=False)
         self._mode = _Mode.FILE
+
+    def _file_bytes(self, final: bool) -> None:
+        if data := self._decode(final):
+            self._event(FileBytes(data))
 
     def _start_event(self) -> None:
         self.files += 1
@@ -353,18 +360,16 @@ class SnapshotScanner:
         self._event(FileStart(content_type, file_name(self.files, content_type)))
 
     def _streamed(self, chunk: bytes, pos: int) -> int:
-        end = _BASE64.match(chunk, pos).end()  # type: ignore[union-attr]
-        self._payload += chunk[pos:end]
+        if (run := self._payload_run(chunk, pos)) is None:
+            raise ScanError(f"output file {self.files} is not valid base64")
+        end, data = run
+        self._payload += data
         if end == len(chunk):
-            data = self._decode(final=False)
-            if data:
-                self._event(FileBytes(data))
+            self._file_bytes(final=False)
             return end
         if chunk[end : end + 1] != b'"':
             raise ScanError(f"output file {self.files} is not valid base64")
-        data = self._decode(final=True)
-        if data:
-            self._event(FileBytes(data))
+        self._file_bytes(final=True)
         self._event(FileEnd())
         self._end_string()
         return end + 1

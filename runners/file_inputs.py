@@ -5,8 +5,12 @@ An input the model declares as a file (``{"type": "string", "format": "uri"}``, 
 each is fetched into the prediction's scratch directory, and the model sees a
 :class:`pathlib.Path`. Downloads follow no redirect (the URL a runner is handed is the file's
 own address; following one would let a caller steer the runner elsewhere), stop at
-``file_max_bytes``, ask for the bytes uncompressed, and go through the runner's guarded
-session, so the SSRF guard that protects webhooks applies to them as well.
+``file_max_bytes``, ask for the bytes uncompressed (and refuse them encoded all the same: the
+session does not inflate, and a model must not be handed gzip for its file), and go through the
+runner's guarded session, so the SSRF guard that protects webhooks applies to them as well.
+That guard sits in the session's resolver, which aiohttp skips for a host that is an address
+literal (``http://169.254.169.254/``): :class:`AddressGuard` checks such a host before the
+request, against the same allow-list (``CONDUIT_RUNNER_WEBHOOK_ALLOW``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any, BinaryIO
 import aiohttp
 import yarl
 
-from core.ssrf import BlockedAddress
+from core.ssrf import BlockedAddress, Network, is_blocked, literal_address
 from core.unreachable import UNREACHABLE
 
 CHUNK = 1 << 20
@@ -41,10 +45,34 @@ class InputFileError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class AddressGuard:
+    """Refuses a URL whose host is an address literal the SSRF guard does not permit.
+
+    A host name needs no check here: the session's resolver checks every address it resolves
+    to. Host names in ``hosts`` are trusted whatever they resolve to, as for webhooks."""
+
+    networks: tuple[Network, ...] = ()
+    hosts: frozenset[str] = frozenset()
+
+    def check(self, url: yarl.URL) -> None:
+        """Raises :class:`BlockedAddress` (its message names the address, never the URL)."""
+        # The host as written and as aiohttp connects to it (yarl maps IDNA forms).
+        names = {(url.host or "").strip("[]"), (url.raw_host or "").strip("[]")}
+        names = {name.rstrip(".").lower() for name in names if name}
+        if names <= self.hosts:
+            return
+        for name in names:
+            address = literal_address(name)
+            if address is not None and is_blocked(address, self.networks):
+                raise BlockedAddress(f"address {address} is not publicly routable")
+
+
+@dataclass(frozen=True, slots=True)
 class FetchLimits:
     max_bytes: int
     read_timeout: float
     connect_timeout: float
+    guard: AddressGuard = AddressGuard()
 
 
 def file_fields(document: Mapping[str, Any]) -> frozenset[str]:
@@ -102,6 +130,10 @@ async def _fetch(
     if parsed.scheme not in ("http", "https") or not parsed.host:
         raise InputFileError(field, "not an http(s) or data URL")
     target = directory / safe_name(parsed.raw_name, "input")
+    try:
+        limits.guard.check(parsed)
+    except BlockedAddress as error:
+        raise InputFileError(field, f"download refused: {error}") from error
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=limits.connect_timeout, sock_read=limits.read_timeout
     )
@@ -112,6 +144,9 @@ async def _fetch(
         ) as answer:
             if answer.status != 200:
                 raise InputFileError(field, f"download answered {answer.status}")
+            encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                raise InputFileError(field, f"download is encoded ({encoding})")
             length = answer.content_length
             if length is not None and length > limits.max_bytes:
                 raise InputFileError(field, f"file is over {limits.max_bytes} bytes")

@@ -7,7 +7,9 @@ strips it too, which is why a receiver puts any capability in the path), or the 
 itself when the answer names none. Without a prefix the file becomes a ``data:`` URL. An
 upload that fails fails the prediction; the reason names the file, never the prefix (it may
 carry a secret of the receiver's). Redirects are not followed: a streamed body cannot be
-sent twice, and the receiver is the one the prefix names.
+sent twice, and the receiver is the one the prefix names. The prefix's host is checked
+against the SSRF guard first (:class:`~runners.file_inputs.AddressGuard`): the session's
+resolver never sees an address literal.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import yarl
 
 from core.ssrf import BlockedAddress
 from core.unreachable import UNREACHABLE
+from runners.file_inputs import AddressGuard
 
 CHUNK = 1 << 20
 
@@ -58,6 +61,7 @@ class FileOutputs:
     prefix: str | None
     read_timeout: float
     connect_timeout: float
+    guard: AddressGuard = AddressGuard()
 
     async def convert(self, value: Any) -> Any:
         """``value`` with every :class:`Path` in it (at any depth) replaced by its URL."""
@@ -80,6 +84,12 @@ class FileOutputs:
         url = yarl.URL(prefix + urllib.parse.quote(path.name), encoded=True)
         if url.scheme not in ("http", "https") or not url.host:
             raise OutputUploadError("output_file_prefix is not an http(s) URL")
+        try:
+            self.guard.check(url)
+        except BlockedAddress as error:
+            raise OutputUploadError(
+                f"upload of output file {path.name} refused: {error}"
+            ) from error
         size = (await asyncio.to_thread(path.stat)).st_size
         headers = {"Content-Type": content_type(path), "Content-Length": str(size)}
         timeout = aiohttp.ClientTimeout(

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 
 from runners.config import RunnerConfig
-from runners.file_inputs import FetchLimits, fetch_inputs
+from runners.file_inputs import AddressGuard, FetchLimits, fetch_inputs
 from runners.file_outputs import FileOutputs
 from runners.model import PredictContext
 
@@ -24,11 +24,20 @@ class PredictionFiles:
     ) -> None:
         self._session = session
         self._fields = fields
+        # The allow-list of webhooks: downloads and uploads reach what webhooks may reach.
+        guard = AddressGuard(config.webhook_networks(), config.webhook_hosts())
         self._limits = FetchLimits(
-            config.file_max_bytes, config.file_read_timeout, config.webhook_connect_timeout
+            config.file_max_bytes,
+            config.file_read_timeout,
+            config.webhook_connect_timeout,
+            guard,
         )
         self._outputs = FileOutputs(
-            session, output_prefix, config.file_read_timeout, config.webhook_connect_timeout
+            session,
+            output_prefix,
+            config.file_read_timeout,
+            config.webhook_connect_timeout,
+            guard,
         )
 
     async def inputs(self, inputs: Mapping[str, Any], ctx: PredictContext) -> dict[str, Any]:

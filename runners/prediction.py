@@ -174,7 +174,12 @@ class Prediction:
         try:
             await asyncio.wait({model_task})
         except asyncio.CancelledError:
+            # The runner is shutting down: the model stops, and its scratch files go with it.
             model_task.cancel()
+            try:
+                await asyncio.wait({model_task})
+            finally:
+                await self._ctx.discard_scratch()
             raise
         await self._ctx.discard_scratch()
         error = None if model_task.cancelled() else model_task.exception()

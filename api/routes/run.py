@@ -59,7 +59,6 @@ from lane.service import Lane
 from protocol import Priority
 from tracker.catalog import AccountInfo
 from tracker.files.data_urls import DataUrls
-from tracker.files.service import Files
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 
@@ -211,9 +210,7 @@ def _output_files(resources: Resources, request: Request) -> DataUrls | None:
     files = resources.files
     if files is None:
         return None
-    base_url = resources.base_url(request)
-    if base_url != files.links.base_url:
-        files = Files(files.engine, files.store, files.links.at(base_url), files.settings)
+    files = files.at(resources.base_url(request))
     return DataUrls(files, files.settings.inline_max)
 
 

@@ -155,6 +155,47 @@ async def test_a_30_mb_data_url_webhook_is_taken_and_its_bytes_stored(
         assert attempt.unkept is None
 
 
+async def test_cumulative_webhooks_store_each_output_file_once(
+    engine: AsyncEngine, admin: Admin, tmp_path: Path
+) -> None:
+    # Stock Cog without an upload URL repeats an iterator's earlier outputs in every webhook.
+    images = [random.Random(seed).randbytes(2 * 1024 * 1024) for seed in range(3)]
+    async with box(engine, admin, tmp_path) as b:
+        attempt = b.running()
+        outputs: list[list[str]] = []
+        for count in (1, 2, 3):
+            body = b'{"status": "processing", "output": ["'
+            body += b'", "'.join(_data_url(image) for image in images[:count]) + b'"]}'
+            status, _, _ = await _send(b.http, "POST", b.receiver.webhook_url(attempt), body)
+            assert status == 200
+            outputs.append(attempt.snapshots.get_nowait().output)
+        assert outputs[1][:1] == outputs[0] and outputs[2][:2] == outputs[1]
+        assert [(await b.stored(url))[1] for url in outputs[2]] == images
+        async with engine.connect() as conn:
+            query = sa.text(
+                "SELECT count(*) FROM files WHERE prediction_id = :p AND deleted_at IS NULL"
+            )
+            assert (await conn.execute(query, {"p": attempt.prediction_id})).scalar_one() == 3
+        stored = [p for p in tmp_path.rglob("*") if p.is_file() and attempt.prediction_id in str(p)]
+        assert len(stored) == 3
+        assert attempt.unkept is None
+
+
+async def test_a_data_url_written_with_json_escapes_is_stored(
+    engine: AsyncEngine, admin: Admin, tmp_path: Path
+) -> None:
+    image = random.Random(9).randbytes(5000)
+    encoded = base64.b64encode(image).decode()
+    lines = "\\n".join(encoded[at : at + 76] for at in range(0, len(encoded), 76))
+    payload = lines.replace("/", "\\/")  # as encoders that escape slashes write it
+    body = '{"status": "succeeded", "output": "data:image/png;base64,' + payload + '"}'
+    async with box(engine, admin, tmp_path) as b:
+        attempt = b.running()
+        url = b.receiver.webhook_url(attempt)
+        assert (await _send(b.http, "POST", url, body.encode()))[0] == 200
+        assert (await b.stored(attempt.snapshots.get_nowait().output))[1] == image
+
+
 async def test_an_attempts_files_url_takes_a_put_and_answers_201_with_its_url(
     engine: AsyncEngine, admin: Admin, tmp_path: Path
 ) -> None:
@@ -247,6 +288,22 @@ async def test_a_file_past_the_limit_is_refused_and_fails_the_attempt(
         assert (await _send(b.http, "PUT", url, b"z" * 5000))[0] == 413
         assert "4096" in (attempt.unkept or "")
         assert list(tmp_path.rglob("*.tmp-*")) == []
+
+
+async def test_a_cog_upload_past_the_limit_is_refused_without_failing_the_attempt(
+    engine: AsyncEngine, admin: Admin, tmp_path: Path
+) -> None:
+    # /upload/ takes a prediction's id, no secret: whoever knows the id must not fail it.
+    async with box(engine, admin, tmp_path, max_bytes=4096) as b:
+        attempt = b.running()
+        url = f"{b.receiver.public_url}/upload/big.bin"
+        headers = {"X-Prediction-ID": attempt.prediction_id}
+        status, answer, _ = await _send(b.http, "PUT", url, b"z" * 5000, headers=headers)
+        assert (status, answer["Content-Type"]) == (413, "application/problem+json")
+        assert attempt.unkept is None and not attempt.output_lost.is_set()
+        assert list(tmp_path.rglob("*.tmp-*")) == []
+        status, answer, _ = await _send(b.http, "PUT", url, b"z" * 100, headers=headers)
+        assert status == 201
 
 
 async def test_a_malformed_webhook_is_a_400_and_keeps_the_attempt(

@@ -274,3 +274,33 @@ def test_a_large_data_url_that_is_not_base64_is_reported() -> None:
 def test_a_bad_small_data_url_stays_as_it_is() -> None:
     for bad in ("data:image/png;base64,AAA!", "data:image/png;base64,A", "data:x;base64,AA==AA"):
         assert scan(body_of(output=[bad]), 1000).json()["output"] == [bad]
+
+
+def _wrapped(data: bytes, width: int = 76) -> str:
+    """Base64 of ``data`` as some encoders write it: escaped slashes, lines of ``width``."""
+    encoded = base64.b64encode(data).decode()
+    lines = [encoded[at : at + width] for at in range(0, len(encoded), width)]
+    return "\\r\\n".join(lines).replace("/", "\\/")
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_json_escapes_inside_a_large_payload_are_read(split: Splitter) -> None:
+    image = random.Random(4).randbytes(3000)
+    assert b"/" in base64.b64encode(image)
+    body = '{"status": "succeeded", "output": ["data:image/png;base64,' + _wrapped(image)
+    body += '", "x\\"y"], "logs": "a\\\\b"}'
+    scanned = scan(body.encode(), 100, split)
+    [(start, stored)] = scanned.files
+    assert (start.content_type, stored) == ("image/png", image)
+    assert scanned.json()["output"] == ["stored:1", 'x"y']
+    assert scanned.json()["logs"] == "a\\b"
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_a_small_payload_with_escapes_stays_as_it_was_sent(split: Splitter) -> None:
+    small = "data:text/plain;base64," + _wrapped(b"?>?>?>" * 4, 8)
+    other = 'data:text/plain;base64,QUFB\\"QUFB'  # an escape base64 does not hold
+    body = ('{"output": ["' + small + '", "' + other + '"]}').encode()
+    scanned = scan(body, 1000, split)
+    assert scanned.files == []
+    assert scanned.body == body

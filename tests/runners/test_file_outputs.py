@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import hashlib
 import os
 import re
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,13 @@ class FileServer:
     base_url: str = ""
     uploads: list[Received] = field(default_factory=list)
     inputs: dict[str, bytes] = field(default_factory=dict)
+    served: list[str] = field(default_factory=list)
+
+    async def gzipped(self, request: web.Request) -> web.Response:
+        """Answers gzip whatever the request accepts."""
+        self.served.append(request.path)
+        body = gzip.compress(self.inputs[request.match_info["name"]])
+        return web.Response(body=body, headers={"Content-Encoding": "gzip"})
 
     async def upload(self, request: web.Request) -> web.Response:
         body = bytearray()
@@ -56,6 +65,7 @@ class FileServer:
         return web.Response(status=201, headers={"Location": location})
 
     async def serve(self, request: web.Request) -> web.Response:
+        self.served.append(request.path)
         content = self.inputs.get(request.match_info["name"])
         if content is None:
             raise web.HTTPNotFound()
@@ -68,6 +78,7 @@ async def files() -> AsyncIterator[FileServer]:
     app = web.Application()
     app.router.add_put("/{kind}/{secret}/{name}", server_state.upload)
     app.router.add_get("/inputs/{name}", server_state.serve)
+    app.router.add_get("/gzip/{name}", server_state.gzipped)
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     server_state.base_url = f"http://127.0.0.1:{server.port}"
@@ -84,9 +95,15 @@ class RunnerProcess:
 @pytest.fixture
 async def runner(tmp_path: Path) -> AsyncIterator[RunnerProcess]:
     """``python -m runners files`` with a temporary directory of its own, to see it emptied."""
+    async with start_runner(tmp_path, {}) as process:
+        yield process
+
+
+@asynccontextmanager
+async def start_runner(tmp_path: Path, extra: dict[str, str]) -> AsyncIterator[RunnerProcess]:
     tmp = tmp_path / "runner-tmp"
     tmp.mkdir()
-    env = {**os.environ, "TMPDIR": str(tmp)}
+    env = {**os.environ, "TMPDIR": str(tmp), **extra}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *("-m", "runners", "files", "--host", "127.0.0.1", "--port", "0"),
@@ -211,3 +228,53 @@ async def test_missing_file_input_fails_the_prediction(
     done = await predict(runner, {"input": {"file": f"{files.base_url}/inputs/missing.png"}})
     assert done["status"] == "failed", done
     assert done["error"] == "input file: download answered 404"
+
+
+async def test_a_gzipped_download_is_refused(runner: RunnerProcess, files: FileServer) -> None:
+    files.inputs["photo.png"] = made(4096, 5)
+    done = await predict(runner, {"input": {"file": f"{files.base_url}/gzip/photo.png"}})
+    assert files.served == ["/gzip/photo.png"]
+    assert done["status"] == "failed", done
+    assert done["error"] == "input file: download is encoded (gzip)"
+
+
+@pytest.fixture
+async def guarded_runner(tmp_path: Path) -> AsyncIterator[RunnerProcess]:
+    """A runner whose SSRF guard lets it reach one private network, not loopback."""
+    async with start_runner(tmp_path, {"CONDUIT_RUNNER_WEBHOOK_ALLOW": "10.9.9.0/24"}) as process:
+        yield process
+
+
+async def test_a_file_input_at_an_address_the_guard_refuses_is_not_fetched(
+    guarded_runner: RunnerProcess, files: FileServer
+) -> None:
+    files.inputs["photo.jpg"] = b"internal"
+    done = await predict(guarded_runner, {"input": {"file": f"{files.base_url}/inputs/photo.jpg"}})
+    assert done["status"] == "failed", done
+    assert (
+        done["error"] == "input file: download refused: address 127.0.0.1 is not publicly routable"
+    )
+    metadata = await predict(
+        guarded_runner, {"input": {"file": "http://169.254.169.254/latest/meta-data/x"}}
+    )
+    assert metadata["error"] == (
+        "input file: download refused: address 169.254.169.254 is not publicly routable"
+    )
+    assert files.served == []
+
+
+async def test_an_upload_to_an_address_the_guard_refuses_is_not_sent(
+    guarded_runner: RunnerProcess, files: FileServer
+) -> None:
+    done = await predict(
+        guarded_runner,
+        {
+            "input": {"size": 10, "suffix": ".bin"},
+            "output_file_prefix": f"{files.base_url}/uploads/s3cr3t/",
+        },
+    )
+    assert done["status"] == "failed", done
+    assert done["error"] == (
+        "upload of output file out.bin refused: address 127.0.0.1 is not publicly routable"
+    )
+    assert files.uploads == []

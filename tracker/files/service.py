@@ -85,6 +85,12 @@ class Files:
         self.links = links
         self.settings = settings
 
+    def at(self, base_url: str) -> Files:
+        """The same files, their URLs under ``base_url`` (the api a request arrived at)."""
+        if base_url.rstrip("/") == self.links.base_url:
+            return self
+        return Files(self.engine, self.store, self.links.at(base_url), self.settings)
+
     async def save_upload(
         self,
         account_id: int,
