@@ -25,7 +25,6 @@ from api.body_auth import AuthenticateBeforeBody
 from api.cache import Catalog
 from api.deps import Resources
 from api.encoding import RefuseContentEncoding
-from api.event_hub import EventHub
 from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
@@ -33,6 +32,7 @@ from api.rate_limits import CreateRateLimit
 from api.request_ids import RequestIds
 from api.routes import (
     account,
+    blocks,
     files,
     fleet,
     health,
@@ -44,7 +44,6 @@ from api.routes import (
     webhooks,
 )
 from api.settings import ApiSettings
-from api.waiter_shares import WaiterShares
 from director.queue import Queue
 from director.queue import connect as connect_redis
 from lane.service import Lane
@@ -53,6 +52,7 @@ from tracker import catalog
 from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
+from tracker.event_hub import EventHub
 from tracker.events import EventLog
 from tracker.files.links import FileLinks
 from tracker.files.retention import RetentionSweep
@@ -61,6 +61,7 @@ from tracker.files.settings import FileSettings
 from tracker.group_commit import Batcher
 from tracker.redis_connect import require_noeviction
 from tracker.store import insert_predictions
+from tracker.waiter_shares import WaiterShares
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
 
@@ -211,6 +212,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(usage.router)
     app.include_router(fleet.router)
     app.include_router(files.router)
+    app.include_router(blocks.router)
     app.include_router(health.router)
     # Uploads stream into the file store, held to the files' own limit (``api.routes.files``).
     app.add_middleware(

@@ -12,7 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import Authenticator
 from api.cache import Catalog
-from api.event_hub import EventHub
 from api.rate_limits import CreateRateLimit
 from api.settings import ApiSettings
 from director.queue import Queue
@@ -20,6 +19,7 @@ from lane.service import Lane
 from tracker.capabilities import StreamSigner
 from tracker.catalog import AccountInfo
 from tracker.deliveries import Dispatcher
+from tracker.event_hub import EventHub
 from tracker.events import EventLog
 from tracker.files.service import Files
 from tracker.group_commit import Batcher

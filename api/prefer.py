@@ -1,9 +1,9 @@
 """``Prefer: wait[=N]``: hold a create request until the prediction is done or N seconds pass.
 
 The wait follows the prediction's event stream through the process's one reader
-(``api.event_hub``: no Redis connection per waiter, no Postgres polling) and races the client's
+(``tracker.event_hub``: no Redis connection per waiter, no Postgres polling) and races the client's
 disconnect: a client that goes away ends the wait, never the prediction. A process holding its
-most waiters (or the account's or the prediction's share of them, ``api.waiter_shares``), or
+most waiters (or the account's or the prediction's share of them, ``tracker.waiter_shares``), or
 shutting down, answers at once instead.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from api.errors import InvalidRequest
-from api.event_hub import EventHub, Subscription
 from lane.departure import Departure
+from tracker.event_hub import EventHub, Subscription
 from tracker.events import EventType
 
 MAX_WAIT = 60
@@ -66,7 +66,7 @@ class Waited:
 
 
 async def wait_for_done(subscription: Subscription, seconds: float) -> Waited:
-    """Events from the process's hub (``api.event_hub``) until ``done`` or ``seconds`` pass."""
+    """Events from the process's hub (``tracker.event_hub``) until ``done`` or ``seconds`` pass."""
     try:
         async with asyncio.timeout(seconds):
             async for event in subscription:

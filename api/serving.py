@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from redis.exceptions import RedisError
 from sqlalchemy.engine import RowMapping
 
 from api.deps import Resources
@@ -24,6 +22,7 @@ from api.validation import check_input
 from core.ids import new_prediction_id
 from core.logs import REQUEST_ID
 from core.ssrf import BlockedAddress, check_webhook_url
+from director.submit import enqueue_stored, submit
 from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
 from tracker.keys import Target
@@ -32,7 +31,6 @@ from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
 from tracker.store import NewPrediction, PageKey
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 VERSION_ID = re.compile(r"^[0-9a-f]{64}$")
@@ -180,19 +178,14 @@ async def create(
         request_id=REQUEST_ID.get(),
     )
     if idempotency is None:
-        row, replayed = await resources.new_predictions.submit(new), False
-    else:
-        async with resources.engine.begin() as conn:
-            row, replayed = await idempotency.insert_once(conn, new)
+        # Stored, then queued; a Redis failure after the commit is answered as stored (201,
+        # "starting") and left to the reconciler (``director.submit``).
+        return await submit(resources.new_predictions, resources.queue, new, target), False
+    async with resources.engine.begin() as conn:
+        row, replayed = await idempotency.insert_once(conn, new)
     if replayed:
         return row, True
-    try:
-        await resources.queue.enqueue(target.streams_for(account.id), new.id)
-    except (RedisError, OSError) as error:
-        # Stored, so answered as stored (201, "starting"): a 5xx would make the client retry
-        # into a second prediction. The reconciler enqueues it once Redis answers again, as it
-        # does for an api that died between the commit and the enqueue.
-        log.warning("prediction %s stored, queued once Redis answers: %r", new.id, error)
+    await enqueue_stored(resources.queue, new, target)
     return row, False
 
 

@@ -4,7 +4,8 @@ and the fleet of runners.
 Models and deployments belong to the account their owner names; creating one for an owner
 that has no account creates that account (without a token: ``create-account`` reuses it by
 name and gives it one). Models are public unless made private, deployments private unless
-made public; ``grant`` lets other accounts use a private one.
+made public; ``grant`` lets other accounts use a private one. A block publishes a deployment
+(or a model version) for the inference gateway, as its owner's.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import httpx
+import orjson
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from protocol import bearer
-from tracker import catalog, catalog_admin
+from tracker import blocks, catalog, catalog_admin
 from tracker.fleet import FleetEntry, read_fleet
 from tracker.priority import Priority
 
@@ -238,6 +240,80 @@ async def entitle_priority(
     except LookupError as error:
         raise SystemExit(str(error)) from error
     return f"{subject}: X-Priority: high is {'honoured' if allowed else 'not honoured'}"
+
+
+def parse_metadata(text: str | None) -> dict[str, Any]:
+    """``--metadata``: a JSON object (none: ``{}``)."""
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise SystemExit(f"--metadata must be JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise SystemExit("--metadata must be a JSON object")
+    return value
+
+
+async def create_block(
+    engine: AsyncEngine,
+    deployment: str | None,
+    version: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    synchronous: bool = False,
+) -> str:
+    """Publish deployment ``OWNER/NAME`` (or model version ``version``) as a block of the
+    deployment's (the model's) owner; its id. ``synchronous``: run on the ``/run`` lane."""
+    if (deployment is None) == (version is None):
+        raise SystemExit("create-block: name a deployment or a --version, not both")
+    if deployment is not None:
+        owner, short = split_name(deployment)
+        found = await catalog.get_deployment(engine, owner, short)
+        if found is None:
+            raise SystemExit(f"deployment {deployment} does not exist")
+        named: dict[str, Any] = {"deployment_id": found.id}
+    else:
+        assert version is not None
+        info = await catalog.get_version(engine, version)
+        if info is None:
+            raise SystemExit(f"version {version} does not exist")
+        owner = info.model.partition("/")[0]
+        named = {"version_id": info.id}
+    account = await catalog.get_account(engine, owner)
+    if account is None:  # an owner is an account (the database says so); named for clarity
+        raise SystemExit(f"account {owner} does not exist")
+    block = await blocks.create(
+        engine, account.id, metadata=metadata, synchronous=synchronous, **named
+    )
+    return block.id
+
+
+BLOCK_COLUMNS = ("ID", "OWNER", "RUNS", "MODEL", "SYNCHRONOUS", "METADATA")
+
+
+def format_blocks(found: Iterable[blocks.BlockInfo]) -> str:
+    """Blocks as a table, one a line, newest first; RUNS is the deployment or the version."""
+    rows = [BLOCK_COLUMNS]
+    for block in found:
+        runs = block.deployment or f"version {block.version_id}"
+        sync = "yes" if block.synchronous else "no"
+        metadata = orjson.dumps(block.metadata).decode()
+        rows.append((block.id, block.owner, runs, block.model, sync, metadata))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(BLOCK_COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+async def list_blocks(engine: AsyncEngine, limit: int = 1000) -> str:
+    """``conduit admin list-blocks``: the newest ``limit`` blocks of every account."""
+    found = await blocks.list_blocks(engine, None, limit=limit)
+    return format_blocks(found) if found else "no blocks"
+
+
+async def delete_block(engine: AsyncEngine, block_id: str) -> str:
+    if not await blocks.delete_block(engine, block_id):
+        raise SystemExit(f"block {block_id} does not exist")
+    return f"deleted block {block_id}"
 
 
 def _visibility(value: str | None) -> catalog.Visibility | None:

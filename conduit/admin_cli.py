@@ -1,4 +1,5 @@
-"""``conduit admin``: accounts, models, deployments, who may use them, the fleet, op tokens.
+"""``conduit admin``: accounts, models, deployments, who may use them, blocks, the fleet, op
+tokens.
 
 The parser of the subcommand and the commands themselves; each opens what it needs (the
 database, Redis), does one thing through :mod:`conduit.admin` and prints the answer.
@@ -135,6 +136,31 @@ def cmd_entitle_priority(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_create_block(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    metadata = admin.parse_metadata(args.metadata)
+    print(
+        _with_engine(
+            lambda engine: admin.create_block(
+                engine, args.deployment, args.version, metadata, args.synchronous
+            )
+        )
+    )
+
+
+def cmd_list_blocks(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    print(_with_engine(lambda engine: admin.list_blocks(engine, args.limit)))
+
+
+def cmd_delete_block(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    print(_with_engine(lambda engine: admin.delete_block(engine, args.block_id)))
+
+
 def cmd_op_token(args: argparse.Namespace) -> None:
     from runners.optokens import issue, read_key
 
@@ -175,6 +201,28 @@ def _add_sharing(admin_sub: Any) -> None:
     entitle.add_argument("--deployment", metavar="OWNER/NAME")
     entitle.add_argument("--withdraw", action="store_true", help="stop honouring it")
     entitle.set_defaults(func=cmd_entitle_priority)
+
+
+def _add_blocks(admin_sub: Any) -> None:
+    """Deployments and model versions published as blocks for the inference gateway."""
+    block = admin_sub.add_parser(
+        "create-block", help="publish a deployment (or a model version) as a block; prints its id"
+    )
+    block.add_argument("deployment", nargs="?", metavar="OWNER/DEPLOYMENT")
+    block.add_argument("--version", help="publish this model version instead of a deployment")
+    block.add_argument(
+        "--metadata", metavar="JSON", help="a JSON object describing it, what search filters on"
+    )
+    block.add_argument(
+        "--synchronous", action="store_true", help="run it on the synchronous lane (/run)"
+    )
+    block.set_defaults(func=cmd_create_block)
+    listed = admin_sub.add_parser("list-blocks", help="list the blocks of every account")
+    listed.add_argument("--limit", type=int, default=1000, help="newest N (default 1000)")
+    listed.set_defaults(func=cmd_list_blocks)
+    deleted = admin_sub.add_parser("delete-block", help="delete a block")
+    deleted.add_argument("block_id", metavar="BLOCK_ID")
+    deleted.set_defaults(func=cmd_delete_block)
 
 
 def add_admin(sub: Any) -> None:
@@ -252,6 +300,7 @@ def add_admin(sub: Any) -> None:
     )
     deployment.set_defaults(func=cmd_create_deployment)
     _add_sharing(admin_sub)
+    _add_blocks(admin_sub)
     op_token = admin_sub.add_parser(
         "op-token", help="mint a signed token for one runner lifecycle call"
     )

@@ -42,9 +42,10 @@ from lane.events import (
     RejectReason,
     RunnersChanged,
 )
-from lane.queue import FairQueue, account_cap
+from lane.queue import FairQueue
 from lane.records import LaneConfig, LaneCounters, LaneDeployment, LaneRequest
 from lane.runners import RunnerPool
+from tracker.waiter_shares import account_cap
 
 
 class LaneCore:

@@ -4,19 +4,14 @@ inside a band, FIFO within an account.
 Round-robin over accounts (not FIFO over requests) is what keeps a light account's wait short
 while a heavy one floods the deployment: the light account's next request is at most one turn
 of the ring away, however many the heavy one queued. The bounds themselves (``max_queue``, the
-per-account share) are the core's to apply; this class only counts and orders.
+per-account share, ``tracker.waiter_shares.account_cap``) are the core's to apply; this class
+only counts and orders.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-
-
-def account_cap(max_queue: int) -> int:
-    """How many places one account may hold: half of the queue, rounded up (so a queue of one
-    place is still usable), 0 when there is no queue."""
-    return (max_queue + 1) // 2
 
 
 @dataclass(slots=True)

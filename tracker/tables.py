@@ -291,3 +291,39 @@ class File(Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     #: Set by ``DELETE``: invisible at once; the row goes once the store let go of the bytes.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Block(Base):
+    """A deployment, or a model version, published as a block (``blk-…``) that the inference
+    gateway runs by id. Who may use it is who may use what it names (``tracker.blocks``)."""
+
+    __tablename__ = "blocks"
+    __table_args__ = (
+        CheckConstraint(
+            "(deployment_id IS NULL) <> (version_id IS NULL)",
+            name="ck_blocks_deployment_or_version",
+        ),
+        Index("ix_blocks_account_created", "account_id", "created_at", "id"),
+        Index("ix_blocks_deployment_id", "deployment_id"),
+        Index("ix_blocks_version_id", "version_id"),
+        # What search filters on (``metadata @> …`` and JSON path queries).
+        Index(
+            "ix_blocks_metadata",
+            "metadata",
+            postgresql_using="gin",
+            postgresql_ops={"metadata": "jsonb_path_ops"},
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    #: The account that published it: the only one that may delete it.
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    deployment_id: Mapped[int | None] = mapped_column(
+        ForeignKey("deployments.id", ondelete="CASCADE")
+    )
+    version_id: Mapped[str | None] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    #: Free JSON describing the block (``component.metadata.*``), what search filters on.
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
+    #: Run on the synchronous lane (``/run``) rather than as a durable prediction.
+    synchronous: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    created_at: Mapped[datetime] = _now()

@@ -22,9 +22,9 @@ valid signature is enough on its own. A refused one is answered as such (401
 ``invalid_signature``, or 403 ``expired_signature`` for a genuine link past its expiry) unless a
 bearer token came with it: then the token decides, as on the plain URL.
 
-A live stream follows the process's one event reader (``api.event_hub``), so a client costs no
+A live stream follows the process's one event reader (``tracker.event_hub``), so a client costs no
 Redis connection. Past the process's waiter cap, or the share of it that the prediction's
-account or the prediction itself may hold (``api.waiter_shares``), a stream is refused with 503
+account or the prediction itself may hold (``tracker.waiter_shares``), a stream is refused with 503
 before it starts (nothing was stored, a retry is safe); at shutdown open streams end without
 ``done`` and the client resumes elsewhere with ``Last-Event-ID``.
 """
@@ -44,10 +44,10 @@ from api import serving
 from api.auth import bearer_token, refuse_capability, stream_capability
 from api.deps import Resources, ResourcesDep
 from api.errors import InvalidRequest, NotFound, Unavailable
-from api.event_hub import Subscription
 from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
 from tracker import keys, store
 from tracker.capabilities import Verdict
+from tracker.event_hub import Subscription
 from tracker.events import Event, EventLog, EventType, done_data, output_text
 from tracker.redis_connect import is_cluster
 from tracker.states import Status

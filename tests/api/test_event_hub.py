@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from api.event_hub import EventHub, Subscription
+from tracker.event_hub import EventHub, Subscription
 from tracker.events import Event, EventLog, EventType
 
 DEADLINE = 10.0

@@ -13,9 +13,9 @@ from redis.asyncio import Redis
 from starlette.requests import Request
 from starlette.types import Message
 
-from api.event_hub import EventHub
 from api.prefer import WaitEnd, wait_or_disconnect
 from tests.fixtures.waiting import until
+from tracker.event_hub import EventHub
 from tracker.events import EventLog
 
 DEADLINE = 10.0

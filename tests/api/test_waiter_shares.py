@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from api.event_hub import EventHub, Subscription
-from api.waiter_shares import WaiterShares
+from tracker.event_hub import EventHub, Subscription
+from tracker.waiter_shares import WaiterShares
 
 
 def test_default_shares_follow_the_lanes_rule() -> None:

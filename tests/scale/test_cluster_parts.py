@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 import pytest
 from redis.asyncio import Redis
 
-from api.event_hub import EventHub
 from director.queue import Queue, connect
 from tracker import keys
+from tracker.event_hub import EventHub
 from tracker.events import EventLog, EventType
 
 DEADLINE = 10.0

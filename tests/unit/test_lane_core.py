@@ -29,8 +29,8 @@ from lane import (
     RunnersChanged,
     RunnerSlot,
 )
-from lane.queue import account_cap
 from lane.runners import Health
+from tracker.waiter_shares import account_cap
 
 OOC = RejectReason.OUT_OF_CAPACITY
 

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from lane import RunnerSlot, member_index, slice_permits, slice_runners
 from lane.budget import RetryBudget
 from lane.estimate import ServiceTime, retry_after
-from lane.queue import FairQueue, account_cap
+from lane.queue import FairQueue
+from tracker.waiter_shares import account_cap
 
 
 @given(

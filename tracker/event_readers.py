@@ -1,7 +1,7 @@
 """The event hub's readers: one blocking ``XREAD`` at a time of one hash tag's watched
 streams, on a connection of its own, woken by ``CLIENT UNBLOCK`` when a subscription is added.
 
-The hub (``api.event_hub``) keeps the subscriptions and says which streams to read from where
+The hub (``tracker.event_hub``) keeps the subscriptions and says which streams to read from where
 (:class:`Feed`); a reader only reads, survives faults and hands each reply back.
 """
 

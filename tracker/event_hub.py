@@ -1,4 +1,5 @@
-"""One reader of prediction event streams per api process, fanning events out to its waiters.
+"""One reader of prediction event streams per process (the api's, the gateway's), fanning events
+out to its waiters.
 
 Every ``Prefer: wait`` and every SSE client of this process subscribes here instead of holding
 a Redis connection in a blocking ``XREAD`` of its own. One task reads all the watched streams
@@ -24,7 +25,7 @@ of every watched stream each round.) A reader that finds its slot moved (failove
 asks the cluster client again where the slot lives and reconnects there.
 
 Places are bounded twice: ``max_waiters`` in all, and each account's and each prediction's share
-of them (``api.waiter_shares``), so that one account, or one leaked stream URL, cannot take
+of them (``tracker.waiter_shares``), so that one account, or one leaked stream URL, cannot take
 every place of the process.
 
 ``release()`` (shutdown) ends every subscription at once with ``released`` set; later
@@ -40,11 +41,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from api.event_readers import NodeReader, StreamReader
-from api.waiter_shares import WaiterShares
 from tracker import redis_connect
+from tracker.event_readers import NodeReader, StreamReader
 from tracker.events import Event, EventLog, EventType
 from tracker.keys import events_key, slot_tag
+from tracker.waiter_shares import WaiterShares
 
 
 def _position(event_id: str) -> tuple[int, int]:

@@ -1,5 +1,5 @@
 """Each account's, and each prediction's, share of a process's waiters (``Prefer: wait`` and
-SSE clients, ``api.event_hub``).
+SSE clients, ``tracker.event_hub``).
 
 Without shares, one account could hold every waiter place of a replica, and every other
 account's SSE would be refused and its ``Prefer: wait`` answered at once. A stream URL is a
@@ -7,8 +7,9 @@ capability, so one leaked link is enough for anyone to do it in that account's n
 prediction therefore has a share of its own, inside its account's, and a flood through one
 link costs the account only that prediction's share.
 
-The shares are the ``/run`` lane's rule (``lane.queue.account_cap``): an account may hold
-half the process's places (rounded up), a prediction half its account's, unless configured.
+The shares are the ``/run`` lane's rule (:func:`account_cap`, which the lane's queues apply
+too): an account may hold half the process's places (rounded up), a prediction half its
+account's, unless configured.
 Counts are per process, like the cap they divide.
 """
 
@@ -18,9 +19,13 @@ from collections import Counter
 from collections.abc import Hashable
 from typing import TypeVar
 
-from lane.queue import account_cap
-
 K = TypeVar("K", bound=Hashable)
+
+
+def account_cap(places: int) -> int:
+    """How many of ``places`` one account may hold: half, rounded up (so a single place is
+    still usable), 0 when there are none. The lane's queues and the waiter shares both use it."""
+    return (places + 1) // 2
 
 
 class WaiterShares:
