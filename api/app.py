@@ -22,7 +22,6 @@ from fastapi import FastAPI
 from api import errors, openapi
 from api.auth import Authenticator
 from api.body_auth import AuthenticateBeforeBody
-from api.cache import Catalog
 from api.deps import Resources
 from api.encoding import RefuseContentEncoding
 from api.limits import BodySizeLimit
@@ -50,6 +49,7 @@ from lane.service import Lane
 from lane.settings import LaneSettings
 from tracker import catalog
 from tracker.capabilities import StreamUrlSettings
+from tracker.catalog_cache import Catalog
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub

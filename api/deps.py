@@ -11,13 +11,13 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import Authenticator
-from api.cache import Catalog
 from api.rate_limits import CreateRateLimit
 from api.settings import ApiSettings
 from director.queue import Queue
 from lane.service import Lane
 from tracker.capabilities import StreamSigner
 from tracker.catalog import AccountInfo
+from tracker.catalog_cache import Catalog
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
 from tracker.events import EventLog

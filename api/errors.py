@@ -26,6 +26,8 @@ A problem may carry ``code``, a stable machine-readable name beside the human ``
 
 The synchronous lane's refusals (``lane.errors``) are mapped here (:func:`lane_problem`): its
 ``OutOfCapacity`` and ``RunFailed`` to the problems above, ``LaneNotRunning`` to a 503.
+An input ``tracker.input_checks`` refuses (``RefusedInput``) is an ``InvalidInput`` naming the
+same fields (:func:`invalid_input`).
 
 Database errors: only a connection-level failure (``core.transient.TRANSIENT``) is a 503, and so
 is a wait for a pooled connection that ran out (``CONDUIT_DATABASE_POOL_TIMEOUT``: every
@@ -50,6 +52,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from core.transient import TRANSIENT
 from lane import errors as lane_errors
 from lane.events import RejectReason
+from tracker.input_checks import RefusedInput
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -105,6 +108,13 @@ class InvalidRequest(Problem):
 class InvalidInput(Problem):
     status = 422
     title = "Invalid input"
+
+
+def invalid_input(refused: RefusedInput) -> InvalidInput:
+    """The 422 an input refused by ``tracker.input_checks`` is answered with, naming each
+    field in ``errors``."""
+    errors = [{"field": e.field, "message": e.message} for e in refused.errors]
+    return InvalidInput(refused.detail, errors=errors)
 
 
 class Conflict(Problem):

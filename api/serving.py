@@ -11,20 +11,19 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import RowMapping
 
 from api.deps import Resources
-from api.errors import InvalidInput, NotFound
+from api.errors import InvalidInput, NotFound, invalid_input
 from api.idempotency import Idempotency
-from api.json_input import canonical_input, text_problem
 from api.pagination import decode_cursor, encode_cursor
 from api.prediction_filters import PredictionFilters
 from api.priority import honoured
 from api.protocol import PredictionCreate
-from api.validation import check_input
 from core.ids import new_prediction_id
 from core.logs import REQUEST_ID
 from core.ssrf import BlockedAddress, check_webhook_url
 from director.submit import enqueue_stored, submit
 from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
+from tracker.input_checks import RefusedInput, canonical_input, check_input, text_problem
 from tracker.keys import Target
 from tracker.priority import Priority
 from tracker.render import PredictionLinks, render_prediction
@@ -146,9 +145,7 @@ async def create(
     is the one requested; the one stored is what the account is entitled to
     (:func:`api.priority.honoured`).
     """
-    # Canonical first: the schema's messages quote the values, which must be sendable.
-    input_json = canonical_input(body.input, resources.settings.max_input_depth)
-    check_input(destination.validator, body.input)
+    input_json = checked_input(destination, body.input, resources.settings.max_input_depth)
     await check_file_references(resources, account, body.input)
     webhook, events = body.webhook, body.webhook_events_filter
     if webhook is None and body.webhook_completed:
@@ -187,6 +184,26 @@ async def create(
         return row, True
     await enqueue_stored(resources.queue, new, target)
     return row, False
+
+
+def checked_input(destination: Destination, input: dict[str, Any], max_depth: int) -> bytes:
+    """The input as canonical JSON bytes, once its version's schema accepts it: else 422
+    naming each field, before anything is stored."""
+    try:
+        # Canonical first: the schema's messages quote the values, which must be sendable.
+        input_json = canonical_input(input, max_depth)
+        check_input(destination.validator, input)
+    except RefusedInput as refused:
+        raise invalid_input(refused) from refused
+    return input_json
+
+
+def canonical(input: dict[str, Any], max_depth: int) -> bytes:
+    """The input as canonical JSON bytes, else 422 naming each field."""
+    try:
+        return canonical_input(input, max_depth)
+    except RefusedInput as refused:
+        raise invalid_input(refused) from refused
 
 
 async def check_file_references(

@@ -261,9 +261,11 @@ async def create_block(
     version: str | None = None,
     metadata: dict[str, Any] | None = None,
     synchronous: bool = False,
+    block_id: str | None = None,
 ) -> str:
     """Publish deployment ``OWNER/NAME`` (or model version ``version``) as a block of the
-    deployment's (the model's) owner; its id. ``synchronous``: run on the ``/run`` lane."""
+    deployment's (the model's) owner; its id (``block_id`` when given). ``synchronous``: run
+    on the ``/run`` lane."""
     if (deployment is None) == (version is None):
         raise SystemExit("create-block: name a deployment or a --version, not both")
     if deployment is not None:
@@ -282,9 +284,17 @@ async def create_block(
     account = await catalog.get_account(engine, owner)
     if account is None:  # an owner is an account (the database says so); named for clarity
         raise SystemExit(f"account {owner} does not exist")
-    block = await blocks.create(
-        engine, account.id, metadata=metadata, synchronous=synchronous, **named
-    )
+    try:
+        block = await blocks.create(
+            engine,
+            account.id,
+            metadata=metadata,
+            synchronous=synchronous,
+            block_id=block_id,
+            **named,
+        )
+    except ValueError as error:
+        raise SystemExit(f"create-block: {error}") from None
     return block.id
 
 

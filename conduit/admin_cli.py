@@ -143,7 +143,7 @@ def cmd_create_block(args: argparse.Namespace) -> None:
     print(
         _with_engine(
             lambda engine: admin.create_block(
-                engine, args.deployment, args.version, metadata, args.synchronous
+                engine, args.deployment, args.version, metadata, args.synchronous, args.id
             )
         )
     )
@@ -216,6 +216,7 @@ def _add_blocks(admin_sub: Any) -> None:
     block.add_argument(
         "--synchronous", action="store_true", help="run it on the synchronous lane (/run)"
     )
+    block.add_argument("--id", help="the block's id (blk- and 8 lowercase letters or digits)")
     block.set_defaults(func=cmd_create_block)
     listed = admin_sub.add_parser("list-blocks", help="list the blocks of every account")
     listed.add_argument("--limit", type=int, default=1000, help="newest N (default 1000)")

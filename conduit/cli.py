@@ -145,7 +145,7 @@ def cmd_director(args: argparse.Namespace) -> None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> None:
-    from gateway.server import default_executor, serve
+    from gateway.server import serve
     from gateway.settings import GatewaySettings
 
     overrides: dict[str, Any] = {}
@@ -153,7 +153,7 @@ def cmd_gateway(args: argparse.Namespace) -> None:
         overrides["host"] = args.host
     if args.port is not None:
         overrides["port"] = args.port
-    run_async(serve(GatewaySettings(**overrides), default_executor))
+    run_async(serve(GatewaySettings(**overrides)))
 
 
 def cmd_dev(args: argparse.Namespace) -> None:

@@ -4,6 +4,19 @@ Handlers raise a :class:`GatewayError` subclass whose message names the field at
 (``data: not valid JSON``); :func:`status_of` turns any exception into the (code, message) the
 call is aborted with. A bad request is never ``UNKNOWN``: an exception the gateway did not
 expect is ``INTERNAL`` and logged, and an outage of Postgres or Redis is ``UNAVAILABLE``.
+
+==================  =====================================================================
+INVALID_ARGUMENT    bad JSON, an input the block's schema refuses, a bad graph
+UNAUTHENTICATED     no bearer token, or one that names no account
+NOT_FOUND           an unknown block, or one the account may not use (the same answer)
+RESOURCE_EXHAUSTED  a message over the limit, a file over the store's, the waiters full
+UNAVAILABLE         no runner serves the block; the database, Redis or file store away
+DEADLINE_EXCEEDED   the call's deadline (or the default) passed; the prediction is canceled
+CANCELLED           the client canceled (the prediction is canceled too), or someone did
+FAILED_PRECONDITION a replayed task whose answer was too large to keep
+ABORTED             the model failed, or its prediction was aborted: the model's error
+INTERNAL            what the gateway did not expect (logged)
+==================  =====================================================================
 """
 
 from __future__ import annotations
@@ -54,6 +67,17 @@ class DeadlineExceeded(GatewayError):
 
 class Cancelled(GatewayError):
     code = grpc.StatusCode.CANCELLED
+
+
+class FailedPrecondition(GatewayError):
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class Aborted(GatewayError):
+    """The task ran and did not succeed: the model failed, or its prediction was aborted (the
+    message carries the model's error)."""
+
+    code = grpc.StatusCode.ABORTED
 
 
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:

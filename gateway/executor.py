@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from gateway.errors import Unavailable
 from gateway.task import Task
 from tracker.catalog import AccountInfo
 
@@ -31,9 +31,11 @@ class Executor(Protocol):
         :class:`gateway.errors.DeadlineExceeded`. Refusals are :mod:`gateway.errors` errors."""
         ...
 
-
-class Unconfigured:
-    """The executor of a gateway that runs no blocks: every task is ``UNAVAILABLE``."""
-
-    async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
-        raise Unavailable("this gateway has no executor to run the task on", "block_id")
+    def stream(
+        self, account: AccountInfo, task: Task, deadline: float | None
+    ) -> AsyncIterator[Any]:
+        """Run ``task`` as :meth:`run` does, yielding its output as the model produces it:
+        each new item of an iterator output (Cog's ``Iterator``/``ConcatenateIterator``), in
+        order; a model whose output is a single value yields that value once. Ends when the
+        task does; refusals and failures are raised as :meth:`run` raises them."""
+        ...

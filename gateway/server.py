@@ -23,14 +23,18 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway import oip
 from gateway.auth import TokenAuth
 from gateway.errors import DeadlineExceeded, status_of
-from gateway.executor import Executor, TaskResult, Unconfigured
+from gateway.execution import BlockExecutor
+from gateway.executor import Executor, TaskResult
+from gateway.oip_directory import BlockDirectory, ModelDirectory, NoModels
 from gateway.proto.inference_pb2 import DESCRIPTOR, AIOSPacket, BlockInferencePacket, FileInfo
+from gateway.resources import GatewayResources, open_resources
+from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
 from gateway.task import parse_packet
 from tracker.catalog import account_for_token
-from tracker.db import make_engine
 
 log = logging.getLogger(__name__)
 SERVICE = DESCRIPTOR.services_by_name["BlockInferenceService"].full_name
@@ -41,10 +45,18 @@ Context = grpc.aio.ServicerContext[BlockInferencePacket, AIOSPacket]
 
 
 class InferenceService:
-    def __init__(self, auth: TokenAuth, executor: Executor, settings: GatewaySettings) -> None:
+    def __init__(
+        self,
+        auth: TokenAuth,
+        executor: Executor,
+        settings: GatewaySettings,
+        sessions: Sessions | None = None,
+    ) -> None:
         self.auth = auth
         self.executor = executor
         self.settings = settings
+        #: Replay and order by ``(session_id, seq_no)``; None: every task simply runs.
+        self.sessions = sessions
 
     async def infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
         try:
@@ -61,12 +73,22 @@ class InferenceService:
         remaining = context.time_remaining()
         if remaining is None or remaining > _NO_DEADLINE:
             remaining = self.settings.default_deadline
+        deadline = time.monotonic() + remaining
+
+        async def run() -> bytes:
+            result = await self.executor.run(account, task, deadline)
+            return answer(packet, result).SerializeToString()
+
         try:
             async with asyncio.timeout(remaining):
-                result = await self.executor.run(account, task, time.monotonic() + remaining)
+                if self.sessions is None or not task.session_id:
+                    return answer(packet, await self.executor.run(account, task, deadline))
+                answered = await self.sessions.run_once(
+                    account.id, task.session_id, task.seq_no, deadline, run
+                )
         except TimeoutError:
             raise DeadlineExceeded(f"the task took longer than {remaining:.3f} s") from None
-        return answer(packet, result)
+        return AIOSPacket.FromString(answered)
 
 
 def answer(packet: BlockInferencePacket, result: TaskResult) -> AIOSPacket:
@@ -111,8 +133,15 @@ class Gateway:
 
 
 async def start(
-    settings: GatewaySettings, executor: Executor, auth: TokenAuth, port: int | None = None
+    settings: GatewaySettings,
+    executor: Executor,
+    auth: TokenAuth,
+    port: int | None = None,
+    sessions: Sessions | None = None,
+    directory: ModelDirectory | None = None,
 ) -> Gateway:
+    """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
+    by ``directory``: none without one) and health."""
     limit = settings.max_message_bytes
     server = grpc.aio.server(
         options=[
@@ -120,7 +149,10 @@ async def start(
             ("grpc.max_send_message_length", limit),
         ]
     )
-    server.add_generic_rpc_handlers([handler(InferenceService(auth, executor, settings))])
+    server.add_generic_rpc_handlers([handler(InferenceService(auth, executor, settings, sessions))])
+    server.add_generic_rpc_handlers(
+        [oip.handler(oip.OpenInferenceService(auth, executor, settings, directory or NoModels()))]
+    )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     bound = server.add_insecure_port(f"{settings.host}:{settings.port if port is None else port}")
@@ -140,13 +172,24 @@ def token_auth(engine: AsyncEngine, settings: GatewaySettings) -> TokenAuth:
 
 
 async def serve(
-    settings: GatewaySettings, make_executor: Callable[[AsyncEngine], Executor]
+    settings: GatewaySettings,
+    make_executor: Callable[[GatewayResources], Executor] | None = None,
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then stop gracefully (``shutdown_grace``)."""
+    """Serve until SIGTERM or SIGINT, then stop gracefully (``shutdown_grace``): calls under
+    way get the grace to finish, then are canceled (which cancels their predictions)."""
     async with AsyncExitStack() as stack:
-        engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
-        stack.push_async_callback(engine.dispose)
-        gateway = await start(settings, make_executor(engine), token_auth(engine, settings))
+        resources = await open_resources(stack, settings)
+        executor = (make_executor or BlockExecutor)(resources)
+        sessions = Sessions(
+            resources.redis, settings.session_ttl, settings.session_answer_max_bytes
+        )
+        gateway = await start(
+            settings,
+            executor,
+            token_auth(resources.engine, settings),
+            sessions=sessions,
+            directory=BlockDirectory(resources.engine, settings.cache_ttl),
+        )
         log.info("gateway serving on %s:%d", settings.host, gateway.port)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -155,8 +198,3 @@ async def serve(
         await stopping.wait()
         log.info("gateway stopping")
         await gateway.stop(settings.shutdown_grace)
-
-
-def default_executor(engine: AsyncEngine) -> Executor:
-    """The executor ``conduit gateway`` runs tasks on."""
-    return Unconfigured()

@@ -30,6 +30,9 @@ class GatewaySettings(BaseSettings):
     default_deadline: float = Field(600.0, gt=0)
     #: Seconds a session (``session_id``) is remembered after its last task.
     session_ttl: int = Field(86400, ge=1)
+    #: Largest answer kept for replay; a larger one is not sent twice: its replay is
+    #: FAILED_PRECONDITION.
+    session_answer_max_bytes: int = Field(16 * MIB, ge=0)
     #: Seconds a token's account (or its absence) is remembered in each process.
     token_cache_ttl: float = Field(5.0, ge=0)
     #: Tokens remembered at most (valid and unknown together); the oldest go first.
@@ -37,3 +40,29 @@ class GatewaySettings(BaseSettings):
     db_pool_size: int = Field(10, ge=1)
     #: Seconds calls under way get to finish after SIGTERM before they are cancelled.
     shutdown_grace: float = Field(30.0, ge=0)
+    #: Where the api is reached (``CONDUIT_PUBLIC_URL``): the host of the file references a
+    #: task's files become in its prediction's input (any host works for the runners, which
+    #: get delivery URLs; this one is what a person reading the prediction can follow).
+    public_url: str = Field(
+        "http://127.0.0.1:8000",
+        validation_alias=AliasChoices("CONDUIT_GATEWAY_PUBLIC_URL", "CONDUIT_PUBLIC_URL"),
+    )
+    redis_pool_size: int = Field(32, ge=1)
+    #: Seconds a block, a deployment or a version is cached once read.
+    cache_ttl: float = Field(5.0, ge=0)
+    #: Tasks waiting on the durable path at once (each one subscription to the event hub).
+    max_waiters: int = Field(10_000, ge=1)
+    events_block_ms: int = Field(250, ge=10)
+    #: Seconds a prediction's events are kept after it ends (as the api keeps them).
+    events_retention: int = Field(3600, ge=1)
+    #: Deepest nesting of a task's ``data``.
+    max_input_depth: int = Field(64, ge=1, le=200)
+    #: Join the synchronous lane, so blocks marked synchronous run through it (no durable
+    #: write). Off by default: a lane member takes a share of every runner's permits from the
+    #: api replicas. Without it a synchronous block runs on the durable path.
+    lane: bool = False
+    #: A graph (``output_ptr``) has at most this many blocks, and a block this many children.
+    graph_max_nodes: int = Field(32, ge=1)
+    graph_max_fanout: int = Field(32, ge=1)
+    #: Steps of one graph run at once, at most.
+    graph_max_inflight: int = Field(8, ge=1)

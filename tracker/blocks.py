@@ -40,6 +40,10 @@ _ALPHABET = string.ascii_lowercase + string.digits
 GrantsLoader = Callable[[int], Awaitable[Grants]]
 
 
+class BlockIdTaken(ValueError):
+    """The chosen block id names a block already."""
+
+
 def new_block_id() -> str:
     return "blk-" + "".join(secrets.choice(_ALPHABET) for _ in range(8))
 
@@ -139,11 +143,16 @@ async def create(
     version_id: str | None = None,
     metadata: dict[str, Any] | None = None,
     synchronous: bool = False,
+    block_id: str | None = None,
 ) -> BlockInfo:
     """Publish a deployment (``deployment_id``) or a version (``version_id``), not both, as a
-    block of ``account_id``. Whether the account may publish it is the caller's to decide."""
+    block of ``account_id``. Whether the account may publish it is the caller's to decide.
+    ``block_id`` chooses the id (an operator recreating a block its clients name); taken
+    already, :class:`BlockIdTaken`."""
     if (deployment_id is None) == (version_id is None):
         raise ValueError("a block names a deployment or a version, exactly one")
+    if block_id is not None and not BLOCK_ID.fullmatch(block_id):
+        raise ValueError(f"a block id is blk- and eight lowercase letters or digits: {block_id!r}")
     values = {
         "account_id": account_id,
         "deployment_id": deployment_id,
@@ -155,14 +164,16 @@ async def create(
         while True:  # a new id that collides with one in use is drawn again
             inserted = await conn.execute(
                 pg_insert(blocks)
-                .values(id=new_block_id(), **values)
+                .values(id=block_id or new_block_id(), **values)
                 .on_conflict_do_nothing(index_elements=[blocks.c.id])
                 .returning(blocks.c.id)
             )
-            block_id = inserted.scalar_one_or_none()
-            if block_id is not None:
+            created = inserted.scalar_one_or_none()
+            if created is not None:
                 break
-    found = await get(engine, block_id)
+            if block_id is not None:
+                raise BlockIdTaken(block_id)
+    found = await get(engine, created)
     assert found is not None
     return found
 

@@ -29,6 +29,11 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
                                       by last heartbeat (ms; ``lane.membership``)
 ``ratelimit:{acct-<id>}:create``      an account's rate of creates: when its next one is due
                                       (µs; ``api.rate_limits``)
+``gw:{gs-<acct>-<h>}:answers``        a gateway session's stored answers by ``seq_no`` (hash;
+                                      ``<h>`` digests the session id; ``gateway.sessions``)
+``gw:{gs-<acct>-<h>}:claim:<seq>``    the task ``seq_no`` of that session is running (token)
+``gw:{gs-<acct>-<h>}:inflight``       sorted set of the ``seq_no`` of that session's running tasks
+``gw:{gs-<acct>-<h>}:route``          that session's cached resolution (block, graph plan)
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
@@ -260,3 +265,22 @@ LANE_MEMBERS = f"lane:{{{LANE_TAG}}}:members"
 def create_rate_key(account_id: int) -> str:
     """The account's theoretical arrival time for creates (GCRA), shared by every replica."""
     return f"ratelimit:{{acct-{account_id}}}:create"
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKeys:
+    """The keys of one gateway session (an account's ``session_id``), all of one hash tag."""
+
+    answers: str
+    inflight: str
+    route: str
+    prefix: str
+
+    def claim(self, seq_no: int) -> str:
+        return f"{self.prefix}claim:{seq_no}"
+
+
+def session_keys(account_id: int, session_id: str) -> SessionKeys:
+    digest = hashlib.blake2b(session_id.encode(), digest_size=12).hexdigest()
+    prefix = f"gw:{{gs-{account_id}-{digest}}}:"
+    return SessionKeys(prefix + "answers", prefix + "inflight", prefix + "route", prefix)

@@ -61,10 +61,12 @@ class NewPrediction:
     deadline: datetime | None = None
     source: str = "api"
     priority: str | None = None
-    #: ``input`` as canonical JSON (``api.json_input``): stored as these bytes when given.
+    #: ``input`` as canonical JSON (``tracker.input_checks``): stored as these bytes when given.
     input_json: bytes | None = None
     #: The create request's ``X-Request-Id``.
     request_id: str | None = None
+    #: The gateway graph run it is a step of (``predictions.graph``).
+    graph: dict[str, Any] | None = None
 
 
 async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMapping:
@@ -77,14 +79,15 @@ async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMap
 _INSERT_MANY = text(
     """
     INSERT INTO predictions (id, account_id, model, version_id, deployment_id, deployment,
-      input, webhook, webhook_events_filter, target, deadline, source, priority, request_id)
+      input, webhook, webhook_events_filter, target, deadline, source, priority, request_id,
+      graph)
     SELECT v.id, v.account_id, v.model, v.version_id, v.deployment_id, v.deployment, v.input,
       v.webhook, v.webhook_events_filter, v.target, v.deadline, v.source, v.priority,
-      v.request_id
+      v.request_id, v.graph
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, account_id bigint,
       model text, version_id text, deployment_id bigint, deployment text, input jsonb,
       webhook text, webhook_events_filter text[], target text, deadline timestamptz,
-      source text, priority text, request_id text)
+      source text, priority text, request_id text, graph jsonb)
     RETURNING """
     + RETURNED
 ).columns(*predictions.c)
@@ -124,6 +127,7 @@ def _values(new: NewPrediction) -> dict[str, Any]:
         "source": new.source,
         "priority": new.priority,
         "request_id": new.request_id,
+        "graph": new.graph,
     }
 
 

@@ -184,6 +184,8 @@ class Prediction(Base):
     priority: Mapped[str | None] = mapped_column(String(8))
     #: The ``X-Request-Id`` of the create request (``api.request_ids``), for log lines.
     request_id: Mapped[str | None] = mapped_column(String(128))
+    #: A step of a gateway graph: ``{"id": graph run, "step": block id, "head": block id}``.
+    graph: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
 
 
 class WebhookDelivery(Base):

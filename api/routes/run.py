@@ -38,7 +38,6 @@ from api import serving
 from api.deadlines import parse_cancel_after
 from api.deps import Resources, get_account, get_resources, limit_creates
 from api.errors import undecodable_body
-from api.json_input import canonical_input
 from api.openapi import (
     OUT_OF_CAPACITY,
     RUN_HEADERS,
@@ -51,7 +50,6 @@ from api.prefer import disconnected
 from api.priority import honoured, parse_priority_header
 from api.protocol import _has_nul
 from api.responses import FastJSONResponse
-from api.validation import check_input
 from core.logs import REQUEST_ID
 from lane.errors import LaneNotRunning
 from lane.request import Destination, Finished, RunRequest, Streamed
@@ -166,14 +164,14 @@ async def _run(
     )
     lane.refuse_early(lane_name, account.id, priority)
     body = await _body(request)
-    input_json = canonical_input(body.input, resources.settings.max_input_depth)
-    check_input(destination.validator, body.input)
+    max_depth = resources.settings.max_input_depth
+    input_json = serving.checked_input(destination, body.input, max_depth)
     linked = await serving.check_file_references(
         resources, account, body.input, resources.base_url(request)
     )
     runner_input_json = None  # recorded as given; the runner gets signed delivery URLs
     if linked is not body.input:
-        runner_input_json = canonical_input(linked, resources.settings.max_input_depth)
+        runner_input_json = serving.canonical(linked, max_depth)
     version = destination.version
     result = await lane.run(
         RunRequest(

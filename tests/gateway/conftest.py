@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.ports import free_port
 from gateway.executor import OutputFile, TaskResult
+from gateway.oip_directory import BlockDirectory
 from gateway.server import Gateway, start, token_auth
 from gateway.settings import GatewaySettings
 from gateway.task import Task
@@ -28,7 +29,8 @@ ECHOED_FILE_BYTES = 1024 * 1024
 
 class EchoExecutor:
     """Answers with what it was given. ``data`` ``{"wait": true}`` never answers; ``{"fail":
-    true}`` raises what the gateway does not expect."""
+    true}`` raises what the gateway does not expect. Streamed, ``{"items": [...]}`` yields
+    each item (then waits or fails as above); without items it yields the echo once."""
 
     async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
         if task.data.get("wait"):
@@ -53,11 +55,31 @@ class EchoExecutor:
         ]
         return TaskResult(echo, files)
 
+    async def stream(
+        self, account: AccountInfo, task: Task, deadline: float | None
+    ) -> AsyncIterator[Any]:
+        items = task.data.get("items")
+        if not isinstance(items, list):
+            yield (await self.run(account, task, deadline)).data
+            return
+        for item in items:
+            yield item
+        if task.data.get("wait"):
+            await asyncio.Event().wait()
+        if task.data.get("fail"):
+            raise RuntimeError("the block broke")
+
 
 @pytest.fixture
 async def gateway(engine: AsyncEngine) -> AsyncIterator[Gateway]:
     settings = GatewaySettings(default_deadline=2.0)
-    served = await start(settings, EchoExecutor(), token_auth(engine, settings), free_port())
+    served = await start(
+        settings,
+        EchoExecutor(),
+        token_auth(engine, settings),
+        free_port(),
+        directory=BlockDirectory(engine, ttl=0.0),
+    )
     yield served
     await served.stop(None)
 

@@ -193,8 +193,8 @@ async def test_health_serving(channel: grpc.aio.Channel, service: str) -> None:
 
 
 def test_conduit_gateway_process(launcher: Launcher, token: str) -> None:
-    """``conduit gateway`` serves health, checks tokens against the catalog, and without an
-    executor answers UNAVAILABLE naming the block."""
+    """``conduit gateway`` serves health, checks tokens against the catalog, answers a block
+    that does not exist NOT_FOUND naming the field, and stops cleanly on SIGTERM."""
     proc, address = launcher.gateway()
     try:
         with grpc.insecure_channel(address) as channel:
@@ -202,10 +202,10 @@ def test_conduit_gateway_process(launcher: Launcher, token: str) -> None:
             with pytest.raises(grpc.RpcError) as unauthenticated:
                 stub.infer(packet(), timeout=10)
             assert unauthenticated.value.code() == grpc.StatusCode.UNAUTHENTICATED
-            with pytest.raises(grpc.RpcError) as unavailable:
+            with pytest.raises(grpc.RpcError) as missing:
                 stub.infer(packet(), metadata=auth(token), timeout=10)
-            assert unavailable.value.code() == grpc.StatusCode.UNAVAILABLE
-            assert (unavailable.value.details() or "").startswith("block_id: ")
+            assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+            assert (missing.value.details() or "").startswith("block_id: ")
     finally:
         proc.stop()
     assert proc.popen is not None and proc.popen.returncode == 0, proc.log()

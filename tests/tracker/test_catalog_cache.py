@@ -1,4 +1,4 @@
-"""The api's read-through cache: one load per key at a time, refreshed before it expires."""
+"""The catalog's read-through cache: one load per key at a time, refreshed before it expires."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from api import cache
-from api.cache import TTLCache
+from tracker import catalog_cache
+from tracker.catalog_cache import TTLCache
 
 
 class Clock:
@@ -21,7 +21,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(cache.time, "monotonic", fake)
+    monkeypatch.setattr(catalog_cache.time, "monotonic", fake)
     return fake
 
 

@@ -1,8 +1,8 @@
 """Per-process read-through caches for what every request looks up (models, versions, ...).
 
-These change rarely and are read on every create; a short TTL keeps a new release or a revoked
-grant visible within seconds without a Postgres round trip per request. (Tokens are cached
-apart, in ``api.auth``.)
+These change rarely and are read on every create, by the api and by the gateway alike; a short
+TTL keeps a new release or a revoked grant visible within seconds without a Postgres round trip
+per request. (The api caches tokens apart, in ``api.auth``.)
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 from jsonschema import Draft7Validator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api.validation import build_validator
 from tracker import catalog
+from tracker.input_checks import build_validator
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
@@ -28,7 +28,7 @@ _REFRESH_AHEAD = 0.2
 class TTLCache(Generic[K, V]):
     """Entries live ``ttl`` seconds. Concurrent misses of one key share one load, and an entry
     in the last fifth of its life is refreshed in the background while it is still served: a
-    busy api never stalls all its requests on the same expiry."""
+    busy server never stalls all its requests on the same expiry."""
 
     def __init__(self, ttl: float, max_entries: int = 10_000) -> None:
         self.ttl = ttl

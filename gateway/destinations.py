@@ -1,0 +1,98 @@
+"""Where a block's tasks run: the block resolved for an account, with its version, the version's
+input validator and the stream its predictions are queued on.
+
+Resolution is cached per process (``cache_ttl``, as the api caches the catalog), keyed by the
+account and the block: a session's later tasks, and every step of a graph after the first
+run, cost no database read. A block the account may not use is answered exactly as one that
+does not exist (``NOT_FOUND``), here and in a graph."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.errors import NotFound, Unavailable
+from tracker import blocks
+from tracker.blocks import BlockInfo
+from tracker.catalog import AccountInfo, VersionInfo
+from tracker.catalog_cache import Catalog, TTLCache
+from tracker.fleet import FleetView
+from tracker.keys import Target
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    block: BlockInfo
+    version: VersionInfo
+    #: The version's compiled input validator (None: its schema has no ``Input``).
+    validator: Any
+    target: Target
+    #: The deployment honours high priority (``X-Priority``) from anyone who may run it.
+    allow_high_priority: bool = False
+
+    @property
+    def synchronous(self) -> bool:
+        return self.block.synchronous
+
+
+def unknown_block(block_id: str, field: str = "block_id") -> NotFound:
+    """The one answer for a block that does not exist and one the account may not use."""
+    return NotFound(f"no block {block_id!r}", field)
+
+
+class Destinations:
+    def __init__(self, catalog: Catalog, fleet: FleetView, ttl: float) -> None:
+        self.catalog = catalog
+        self.fleet = fleet
+        self._blocks: TTLCache[tuple[int, str], BlockInfo | None] = TTLCache(ttl)
+
+    async def find(self, account: AccountInfo, block_id: str) -> Destination | None:
+        """The block's destination, or None when the account may not use it (or it does not
+        exist, or what it names is gone)."""
+        block = await self._blocks.get(
+            (account.id, block_id),
+            lambda: blocks.resolve(self.catalog.engine, account, block_id, self.catalog.grants),
+        )
+        if block is None:
+            return None
+        if block.deployment is not None:
+            owner, _, name = block.deployment.partition("/")
+            deployment = await self.catalog.deployment(account, owner, name)
+            if deployment is None:
+                return None
+            found = await self.catalog.released_version(deployment)
+            if found is None:
+                return None
+            info, validator = found
+            target = Target.deployment(deployment.full_name, deployment.shards)
+            return Destination(block, info, validator, target, deployment.allow_high_priority)
+        assert block.version_id is not None
+        found = await self.catalog.version(account, block.version_id)
+        if found is None:
+            return None
+        info, validator = found
+        return Destination(block, info, validator, Target.version(info.id, info.shards))
+
+    async def resolve(
+        self, account: AccountInfo, block_id: str, field: str = "block_id"
+    ) -> Destination:
+        """:meth:`find`, or ``NOT_FOUND`` naming ``field``."""
+        destination = await self.find(account, block_id)
+        if destination is None:
+            raise unknown_block(block_id, field)
+        return destination
+
+    def check_served(self, destination: Destination) -> None:
+        """``UNAVAILABLE`` when the fleet registry knows no ready runner for the block (once
+        the registry has been read: a gateway that could not read it yet lets tasks queue)."""
+        if self.fleet.refreshed_at is None:
+            return
+        block = destination.block
+        if block.deployment is not None:
+            served = self.fleet.runners_for(block.deployment)
+        else:
+            if not destination.version.deployed:
+                raise Unavailable(f"no deployment runs block {block.id}'s version", "block_id")
+            served = self.fleet.runners_serving(destination.version.id)
+        if not served:
+            raise Unavailable(f"no runner serves block {block.id} now", "block_id")

@@ -1,0 +1,292 @@
+"""Running tasks on this cluster's blocks: the gateway's :class:`~gateway.executor.Executor`.
+
+A task on a block becomes a prediction on the block's deployment (or version) stream, the
+durable path the api's ``POST /v1/predictions`` takes: stored, then queued
+(:func:`director.submit.submit`), claimed by a director, fenced, retried, dead-lettered. Its
+answer is collected from its event stream by the process's one reader
+(:class:`tracker.event_hub.EventHub`), as ``Prefer: wait`` is. A block marked synchronous runs
+through the ``/run`` lane instead when this gateway joins it (no durable write on the hot
+path).
+
+Before anything is stored the task is checked: the block resolved (``NOT_FOUND``), a ready
+runner known for it (``UNAVAILABLE``), its input valid for the block's schema and storable
+(``INVALID_ARGUMENT`` naming the field). Then its files are stored and the prediction made.
+
+The prediction gets the call's deadline as its own (``deadline``: the director fails it past
+that), and a call that ends before its prediction does (canceled by the client, or out of
+time) cancels it. A task with a graph (``output_ptr``) runs each step as such a prediction
+(:mod:`gateway.graph`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+from core.ids import new_prediction_id
+from director.submit import submit
+from gateway import block_input
+from gateway.destinations import Destination, Destinations
+from gateway.errors import (
+    Aborted,
+    Cancelled,
+    InvalidArgument,
+    ResourceExhausted,
+    Unavailable,
+)
+from gateway.executor import TaskResult
+from gateway.graph import GraphPlan, plan_graph, run_graph
+from gateway.lane_runs import run_on_lane
+from gateway.resources import GatewayResources
+from gateway.task import Task
+from tracker import store
+from tracker.catalog import AccountInfo
+from tracker.events import EventType
+from tracker.input_checks import RefusedInput, canonical_input, check_input
+from tracker.states import Status
+from tracker.store import NewPrediction
+
+log = logging.getLogger(__name__)
+
+#: What ``predictions.source`` says of the predictions the gateway makes.
+SOURCE = "gateway"
+#: Seconds a prediction outlives its call's deadline (see :func:`_wall_deadline`).
+DEADLINE_GRACE = 1.0
+#: How the director's error begins when the runner refused a prediction's input.
+INPUT_REJECTED = "Invalid input:"
+
+
+class BlockExecutor:
+    def __init__(self, resources: GatewayResources) -> None:
+        self.resources = resources
+        self.destinations = Destinations(
+            resources.catalog, resources.fleet, resources.settings.cache_ttl
+        )
+
+    async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
+        if task.output_ptr is not None:
+            return TaskResult(await self._graph(account, task, deadline))
+        destination = await self.destinations.resolve(account, task.block_id)
+        input, input_json = await self._checked_input(account, destination, task)
+        return TaskResult(await self._step(account, destination, input, input_json, deadline))
+
+    async def stream(
+        self, account: AccountInfo, task: Task, deadline: float | None
+    ) -> AsyncIterator[Any]:
+        if task.output_ptr is None:
+            destination = await self.destinations.resolve(account, task.block_id)
+            if not (destination.synchronous and self.resources.lane is not None):
+                input, input_json = await self._checked_input(account, destination, task)
+                async for item in self._durable(
+                    account, destination, input, input_json, deadline, True
+                ):
+                    yield item
+                return
+        # A graph answers once its leaves have; so does the lane here.
+        yield (await self.run(account, task, deadline)).data
+
+    # -- one block --------------------------------------------------------------------------
+
+    async def _checked_input(
+        self, account: AccountInfo, destination: Destination, task: Task
+    ) -> tuple[dict[str, Any], bytes]:
+        """The task's input, checked and its files stored; and its canonical JSON."""
+        self.destinations.check_served(destination)
+        await self._check_with_files(account, destination, block_input.compose(task))
+        input = await block_input.attach_files(self.resources.files, account.id, task)
+        return input, self._canonical(input)
+
+    async def _check_with_files(
+        self, account: AccountInfo, destination: Destination, input: dict[str, Any]
+    ) -> None:
+        """:meth:`_check`, and refuse file references (``/v1/files/{id}`` URLs) to anything
+        but the account's own live uploads."""
+        self._check(destination, input)
+        _, errors = await self.resources.files.input_links(account.id, input)
+        if errors:
+            detail = "; ".join(f"data{e.field.removeprefix('input')}: {e.message}" for e in errors)
+            raise InvalidArgument(detail)
+
+    def _check(self, destination: Destination, input: dict[str, Any]) -> None:
+        self._canonical(input)
+        try:
+            check_input(destination.validator, input, root="data")
+        except RefusedInput as refused:
+            raise InvalidArgument(refused.detail) from None
+
+    def _canonical(self, input: dict[str, Any]) -> bytes:
+        try:
+            return canonical_input(input, self.resources.settings.max_input_depth, root="data")
+        except RefusedInput as refused:
+            raise InvalidArgument(refused.detail) from None
+
+    async def _step(
+        self,
+        account: AccountInfo,
+        destination: Destination,
+        input: dict[str, Any],
+        input_json: bytes,
+        deadline: float | None,
+        graph: dict[str, Any] | None = None,
+    ) -> Any:
+        lane = self.resources.lane
+        if destination.synchronous and lane is not None and graph is None:
+            return await run_on_lane(
+                lane, self.resources.files, account, destination, input, input_json, deadline
+            )
+        output: Any = None
+        async for item in self._durable(
+            account, destination, input, input_json, deadline, False, graph
+        ):
+            output = item
+        return output
+
+    async def _durable(
+        self,
+        account: AccountInfo,
+        destination: Destination,
+        input: dict[str, Any],
+        input_json: bytes,
+        deadline: float | None,
+        streaming: bool,
+        graph: dict[str, Any] | None = None,
+    ) -> AsyncIterator[Any]:
+        """Store and queue the prediction, then follow its events: with ``streaming``, each
+        output chunk as it comes (then the output, when none came); else the output alone."""
+        resources = self.resources
+        block = destination.block
+        new = NewPrediction(
+            id=new_prediction_id(),
+            account_id=account.id,
+            model=destination.version.model,
+            version_id=destination.version.id,
+            deployment_id=block.deployment_id,
+            deployment=block.deployment,
+            input=input,
+            input_json=input_json,
+            webhook=None,
+            webhook_events_filter=None,
+            target=destination.target.name,
+            deadline=_wall_deadline(deadline),
+            source=SOURCE,
+            graph=graph,
+        )
+        subscription = resources.hub.subscribe(new.id, account=account.id)
+        if subscription is None:
+            if resources.hub.released:
+                raise Unavailable("the gateway is shutting down")
+            raise ResourceExhausted("this gateway holds its most tasks in flight")
+        finished = False
+        try:
+            await submit(resources.new_predictions, resources.queue, new, destination.target)
+            chunks = 0
+            async for event in subscription:
+                if event.type is EventType.OUTPUT and streaming:
+                    chunks += 1
+                    yield event.data
+                elif event.type is EventType.DONE:
+                    finished = True
+                    output = _outcome(
+                        block.id, await self._final(account, new.id, event.prediction)
+                    )
+                    if not streaming or chunks == 0:
+                        yield output
+                    return
+            raise Unavailable("the gateway is shutting down")
+        finally:
+            subscription.close()
+            if not finished:
+                # The call ended first (canceled, out of time, the gateway stopping): so does
+                # the prediction; shielded, so that the cancel is sent whatever cancels us.
+                await asyncio.shield(self._cancel(account.id, new.id))
+
+    async def _final(self, account: AccountInfo, prediction_id: str, final: str | None) -> Any:
+        if final is not None:
+            return orjson.loads(final)
+        row = await store.get_for_account(self.resources.engine, account.id, prediction_id)
+        return dict(row) if row is not None else {"status": Status.ABORTED, "error": None}
+
+    async def _cancel(self, account_id: int, prediction_id: str) -> None:
+        resources = self.resources
+        try:
+            row, canceled_now = await store.request_cancel(
+                resources.engine, account_id, prediction_id
+            )
+            if row is None:
+                return
+            if not Status(row["status"]).is_terminal:
+                await resources.queue.publish_cancel(prediction_id)
+            elif canceled_now:
+                await resources.events.finish(prediction_id, row["status"], None)
+        except Exception:  # the call is over either way; the deadline still ends it
+            log.warning("could not cancel prediction %s", prediction_id, exc_info=True)
+
+    # -- graphs -----------------------------------------------------------------------------
+
+    async def _graph(self, account: AccountInfo, task: Task, deadline: float | None) -> Any:
+        settings = self.resources.settings
+        plan: GraphPlan[Destination] = await plan_graph(
+            task.output_ptr,
+            task.block_id,
+            lambda block_id: self.destinations.find(account, block_id),
+            max_nodes=settings.graph_max_nodes,
+            max_fanout=settings.graph_max_fanout,
+        )
+        head = plan.resolved[task.block_id]
+        for node in plan.order:
+            self.destinations.check_served(plan.resolved[node])
+        await self._check_with_files(account, head, block_input.compose(task))
+        head_input = await block_input.attach_files(self.resources.files, account.id, task)
+        graph_id = new_prediction_id()
+
+        async def run_step(step: str, destination: Destination, data: Any, until: float) -> Any:
+            if step == task.block_id:
+                input = head_input
+            elif isinstance(data, dict):
+                input = data
+            else:
+                raise InvalidArgument(
+                    f"the step's input must be an object; its parent's output is "
+                    f"{type(data).__name__}"
+                )
+            if task.frame_ptr and block_input.FRAME_PTR_FIELD not in input:
+                input = {
+                    **input,
+                    block_input.FRAME_PTR_FIELD: block_input.frame_ptr_text(task.frame_ptr),
+                }
+            input_json = self._canonical(input)
+            if step != task.block_id:
+                self._check(destination, input)
+            link = {"id": graph_id, "step": step, "head": task.block_id}
+            return await self._step(account, destination, input, input_json, until, link)
+
+        until = deadline if deadline is not None else time.monotonic() + settings.default_deadline
+        return await run_graph(plan, head_input, run_step, until, settings.graph_max_inflight)
+
+
+def _wall_deadline(deadline: float | None) -> datetime | None:
+    """The prediction's own deadline: the call's, plus ``DEADLINE_GRACE``. The call ends
+    first and cancels the prediction; the prediction's deadline ends it if the gateway died."""
+    if deadline is None:
+        return None
+    left = max(0.0, deadline - time.monotonic()) + DEADLINE_GRACE
+    return datetime.now(UTC) + timedelta(seconds=left)
+
+
+def _outcome(block_id: str, prediction: dict[str, Any]) -> Any:
+    """The output of a finished prediction, or the status its failure ends the call with."""
+    status = prediction.get("status")
+    if status == Status.SUCCEEDED:
+        return prediction.get("output")
+    error = prediction.get("error")
+    if status == Status.CANCELED:
+        raise Cancelled(f"block {block_id}'s prediction was canceled")
+    if isinstance(error, str) and error.startswith(INPUT_REJECTED):
+        raise InvalidArgument(f"block {block_id} refused its input: {error}")
+    raise Aborted(f"block {block_id} failed: {error or status}")

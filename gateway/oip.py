@@ -1,0 +1,457 @@
+"""The Open Inference Protocol (KServe v2) on the gateway's gRPC server:
+``inference.GRPCInferenceService``, as NVIDIA's ``tritonclient`` calls it.
+
+A model is a block: ``model_name`` is the block id, the request's tensors are the block's input
+(:mod:`gateway.oip_tensors`), and the task runs on the same :class:`gateway.executor.Executor`
+as ``BlockInferenceService.infer``, with the same bearer token, deadlines (the call's, else
+``default_deadline``) and statuses (:func:`gateway.errors.status_of`). ``ModelInfer`` runs a
+task with ``Executor.run``; ``model_version`` is not read: a block runs its current version.
+``ModelReady`` and ``ModelMetadata`` read a :class:`gateway.oip_directory.ModelDirectory`.
+``ServerLive``, ``ServerReady`` and ``ServerMetadata`` answer without a token, as
+``grpc.health.v1`` does.
+
+``ModelStreamInfer`` (Triton's streaming extension) runs each request of the stream with
+``Executor.stream`` and answers one response per item the model yields, as it is yielded; a
+request that fails is answered with its ``error_message`` and the stream goes on. With request
+parameter ``triton_enable_empty_final_response``, every response says whether it is the
+request's last (``triton_final_response``), and a last, empty one follows the items. Requests
+of one sequence run one after another, others side by side.
+
+Triton's sequences are sessions: parameter ``sequence_id`` (an integer or a string; 0 or empty:
+none) is the task's ``session_id``, and its ``seq_no`` counts the sequence's requests on the
+stream (1, 2, …; from 1 again at ``sequence_start``; a sequence the stream has not seen without
+``sequence_start`` counts on from 1 too). A request may give its ``seq_no`` itself (parameter
+``seq_no``, a positive integer) and the count goes on from it. ``ModelInfer`` has no stream to
+count on: its ``seq_no`` is that parameter, else 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, replace
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as package_version
+from typing import Any
+
+import grpc
+
+from gateway.auth import TokenAuth
+from gateway.errors import DeadlineExceeded, InvalidArgument, NotFound, status_of
+from gateway.executor import Executor, OutputFile
+from gateway.oip_directory import ModelDescription, ModelDirectory, TensorSpec
+from gateway.oip_tensors import Tensor, decode_inputs, encode_outputs, output_tensors, parameter
+from gateway.proto.grpc_service_pb2 import (
+    DESCRIPTOR,
+    ModelInferRequest,
+    ModelInferResponse,
+    ModelMetadataRequest,
+    ModelMetadataResponse,
+    ModelReadyRequest,
+    ModelReadyResponse,
+    ModelStreamInferResponse,
+    ServerLiveRequest,
+    ServerLiveResponse,
+    ServerMetadataRequest,
+    ServerMetadataResponse,
+    ServerReadyRequest,
+    ServerReadyResponse,
+)
+from gateway.settings import GatewaySettings
+from gateway.task import Task
+from tracker.catalog import AccountInfo
+
+log = logging.getLogger(__name__)
+SERVICE = DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+SERVER_NAME = "conduit"
+EXTENSIONS = ("parameters", "sequence")
+#: A ``time_remaining`` past this is a call without a deadline.
+_NO_DEADLINE = 10**9
+#: Requests of one stream running (or waiting on their sequence) at once; the stream is not
+#: read further until one ends.
+STREAM_IN_FLIGHT = 64
+ENABLE_FINAL = "triton_enable_empty_final_response"
+FINAL = "triton_final_response"
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _server_version() -> str:
+    try:
+        return package_version("conduit")
+    except PackageNotFoundError:
+        return "0"
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceParams:
+    """A request's place in a Triton sequence (``id`` empty: none)."""
+
+    id: str
+    start: bool
+    end: bool
+    #: The request's own ``seq_no`` parameter, when it gives one.
+    seq_no: int | None
+
+
+def sequence_of(request: ModelInferRequest) -> SequenceParams:
+    parameters = request.parameters
+    raw_id = parameter(parameters, "sequence_id")
+    if raw_id is None or isinstance(raw_id, str):
+        sequence_id = raw_id or ""
+    elif isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        sequence_id = str(raw_id) if raw_id else ""
+    else:
+        raise InvalidArgument("must be an integer or a string", "parameters.sequence_id")
+    flags = []
+    for key in ("sequence_start", "sequence_end"):
+        value = parameter(parameters, key)
+        if value is not None and not isinstance(value, bool):
+            raise InvalidArgument("must be a boolean", f"parameters.{key}")
+        flags.append(bool(value))
+    seq_no = parameter(parameters, "seq_no")
+    if seq_no is not None and (isinstance(seq_no, bool | str | float) or seq_no < 1):
+        raise InvalidArgument("must be a positive integer", "parameters.seq_no")
+    return SequenceParams(sequence_id, flags[0], flags[1], seq_no)
+
+
+def task_of(request: ModelInferRequest, session_id: str = "", seq_no: int = 0) -> Task:
+    """The request's task (its tensors checked), in session ``session_id`` at ``seq_no``."""
+    if not request.model_name:
+        raise InvalidArgument("required: the block id of the model", "model_name")
+    return Task(
+        block_id=request.model_name,
+        session_id=session_id,
+        seq_no=seq_no,
+        frame_ptr=b"",
+        data=decode_inputs(request),
+        query_parameters=None,
+        ts=time.time(),
+    )
+
+
+def answer_tensors(
+    request: ModelInferRequest, value: Any, files: Sequence[OutputFile] = ()
+) -> list[Tensor]:
+    """The tensors of an answer ``value``, cut to those the request names. The answer's files
+    are one more BYTES tensor, ``files`` (``_files`` when the answer has a ``files``), one
+    element a file, their metadata a JSON list in its parameter ``file_metadata``."""
+    tensors = output_tensors(value)
+    if files:
+        name = "_files" if any(t.name == "files" for t in tensors) else "files"
+        metadata = json.dumps([f.metadata for f in files], separators=(",", ":"))
+        tensors.append(
+            Tensor(
+                name, "BYTES", [len(files)], [f.data for f in files], {"file_metadata": metadata}
+            )
+        )
+    if not request.outputs:
+        return tensors
+    by_name = {t.name: t for t in tensors}
+    chosen = []
+    for index, wanted in enumerate(request.outputs):
+        found = by_name.get(wanted.name)
+        if found is None:
+            produced = ", ".join(repr(n) for n in by_name) or "none"
+            raise InvalidArgument(
+                f"the model gave no output {wanted.name!r} (it gave {produced})",
+                f"outputs[{index}]",
+            )
+        chosen.append(found)
+    return chosen
+
+
+def response_of(request: ModelInferRequest, tensors: list[Tensor]) -> ModelInferResponse:
+    """The answer, raw when the request sent raw contents."""
+    response = ModelInferResponse(
+        model_name=request.model_name, model_version=request.model_version, id=request.id
+    )
+    return encode_outputs(tensors, response, raw=bool(request.raw_input_contents))
+
+
+def remaining(context: Context, default: float) -> float:
+    """Seconds the task may take: the call's deadline, else ``default``."""
+    left = context.time_remaining()
+    if left is None or left > _NO_DEADLINE:
+        return default
+    return float(left)
+
+
+def _metadata(description: ModelDescription) -> ModelMetadataResponse:
+    def specs(tensors: tuple[TensorSpec, ...]) -> list[ModelMetadataResponse.TensorMetadata]:
+        return [
+            ModelMetadataResponse.TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
+            for t in tensors
+        ]
+
+    return ModelMetadataResponse(
+        name=description.name,
+        versions=description.versions,
+        platform=description.platform,
+        inputs=specs(description.inputs),
+        outputs=specs(description.outputs),
+    )
+
+
+class OpenInferenceService:
+    def __init__(
+        self,
+        auth: TokenAuth,
+        executor: Executor,
+        settings: GatewaySettings,
+        directory: ModelDirectory,
+    ) -> None:
+        self.auth = auth
+        self.executor = executor
+        self.settings = settings
+        self.directory = directory
+        self.version = _server_version()
+
+    # Server ---------------------------------------------------------------------------------
+
+    async def ServerLive(self, request: ServerLiveRequest, context: Context) -> ServerLiveResponse:
+        return ServerLiveResponse(live=True)
+
+    async def ServerReady(
+        self, request: ServerReadyRequest, context: Context
+    ) -> ServerReadyResponse:
+        return ServerReadyResponse(ready=True)
+
+    async def ServerMetadata(
+        self, request: ServerMetadataRequest, context: Context
+    ) -> ServerMetadataResponse:
+        return ServerMetadataResponse(name=SERVER_NAME, version=self.version, extensions=EXTENSIONS)
+
+    # Models ---------------------------------------------------------------------------------
+
+    async def ModelReady(self, request: ModelReadyRequest, context: Context) -> ModelReadyResponse:
+        try:
+            description = await self._model(request.name, request.version, context)
+            return ModelReadyResponse(ready=description.ready)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            code, message = status_of(error)
+        await context.abort(code, message)
+
+    async def ModelMetadata(
+        self, request: ModelMetadataRequest, context: Context
+    ) -> ModelMetadataResponse:
+        try:
+            return _metadata(await self._model(request.name, request.version, context))
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            code, message = status_of(error)
+        await context.abort(code, message)
+
+    async def _model(self, name: str, version: str, context: Context) -> ModelDescription:
+        account = await self.auth.account(context.invocation_metadata())
+        description = await self.directory.model(account, name) if name else None
+        if description is None:
+            raise NotFound(f"no model {name!r}", "name")
+        if version and version not in description.versions:
+            raise NotFound(f"model {name!r} has no version {version!r}", "version")
+        return description
+
+    # Inference ------------------------------------------------------------------------------
+
+    async def ModelInfer(self, request: ModelInferRequest, context: Context) -> ModelInferResponse:
+        try:
+            return await self._infer(request, context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            code, message = status_of(error)
+        await context.abort(code, message)
+
+    async def _infer(self, request: ModelInferRequest, context: Context) -> ModelInferResponse:
+        account = await self.auth.account(context.invocation_metadata())
+        sequence = sequence_of(request)
+        task = task_of(request, sequence.id, sequence.seq_no or 0)
+        seconds = remaining(context, self.settings.default_deadline)
+        try:
+            async with asyncio.timeout(seconds) as scope:
+                result = await self.executor.run(account, task, time.monotonic() + seconds)
+        except TimeoutError:
+            if scope.expired():
+                raise DeadlineExceeded(f"the task took longer than {seconds:.3f} s") from None
+            raise
+        return response_of(request, answer_tensors(request, result.data, result.files))
+
+    async def ModelStreamInfer(
+        self, requests: AsyncIterator[ModelInferRequest], context: Context
+    ) -> None:
+        try:
+            account = await self.auth.account(context.invocation_metadata())
+            await _Stream(self, account, context).serve(requests)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            code, message = status_of(_single(error))
+        await context.abort(code, message)
+
+
+def _single(error: Exception) -> BaseException:
+    """The one error of a task group that failed with one, else the group."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        inner = error.exceptions[0]
+        if not isinstance(inner, Exception):
+            break
+        error = inner
+    return error
+
+
+class _Stream:
+    """One ``ModelStreamInfer`` call: its requests run, their responses written in turn."""
+
+    def __init__(self, service: OpenInferenceService, account: AccountInfo, context: Context):
+        self.service = service
+        self.account = account
+        self.context = context
+        #: Sequence id -> the seq_no of its last request on this stream.
+        self.counts: dict[str, int] = {}
+        #: Sequence id -> its last request's run: the next one waits for it.
+        self.tails: dict[str, asyncio.Task[None]] = {}
+        self.slots = asyncio.Semaphore(STREAM_IN_FLIGHT)
+        self.writing = asyncio.Lock()
+
+    async def serve(self, requests: AsyncIterator[ModelInferRequest]) -> None:
+        async with asyncio.TaskGroup() as group:
+            async for request in requests:
+                await self.slots.acquire()
+                try:
+                    task, sequence = self._prepare(request)
+                except Exception as error:
+                    self.slots.release()
+                    await self._fail(request, error)
+                    continue
+                after = self.tails.get(sequence.id) if sequence.id else None
+                run = group.create_task(self._run(request, task, after))
+                if sequence.id:
+                    self.tails[sequence.id] = run
+                    run.add_done_callback(functools.partial(self._untail, sequence.id))
+
+    def _untail(self, key: str, done: asyncio.Task[None]) -> None:
+        if self.tails.get(key) is done:
+            del self.tails[key]
+
+    def _prepare(self, request: ModelInferRequest) -> tuple[Task, SequenceParams]:
+        sequence = sequence_of(request)
+        task = task_of(request)
+        if not sequence.id:
+            return task, sequence
+        if sequence.seq_no is not None:
+            seq_no = sequence.seq_no
+        elif sequence.start:
+            seq_no = 1
+        else:
+            seq_no = self.counts.get(sequence.id, 0) + 1
+        if sequence.end:
+            self.counts.pop(sequence.id, None)
+        else:
+            self.counts[sequence.id] = seq_no
+        return replace(task, session_id=sequence.id, seq_no=seq_no), sequence
+
+    async def _run(
+        self, request: ModelInferRequest, task: Task, after: asyncio.Task[None] | None
+    ) -> None:
+        try:
+            if after is not None:
+                await asyncio.wait([after])
+            await self._stream(request, task)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            await self._fail(request, error)
+        finally:
+            self.slots.release()
+
+    async def _stream(self, request: ModelInferRequest, task: Task) -> None:
+        flagged = parameter(request.parameters, ENABLE_FINAL) is True
+        seconds = remaining(self.context, self.service.settings.default_deadline)
+        deadline = time.monotonic() + seconds
+        items = self.service.executor.stream(self.account, task, deadline)
+        try:
+            async with asyncio.timeout(seconds) as scope:
+                async for item in items:
+                    response = response_of(request, answer_tensors(request, item))
+                    if flagged:
+                        response.parameters[FINAL].bool_param = False
+                    await self._write(ModelStreamInferResponse(infer_response=response))
+        except TimeoutError:
+            if scope.expired():
+                raise DeadlineExceeded(f"the task took longer than {seconds:.3f} s") from None
+            raise
+        finally:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                await close()
+        if flagged:
+            await self._write(ModelStreamInferResponse(infer_response=_final(request)))
+
+    async def _fail(self, request: ModelInferRequest, error: BaseException) -> None:
+        code, message = status_of(error)
+        response = (
+            _final(request)
+            if parameter(request.parameters, ENABLE_FINAL) is True
+            else (
+                ModelInferResponse(
+                    model_name=request.model_name,
+                    model_version=request.model_version,
+                    id=request.id,
+                )
+            )
+        )
+        await self._write(
+            ModelStreamInferResponse(
+                error_message=f"{code.name}: {message}", infer_response=response
+            )
+        )
+
+    async def _write(self, response: ModelStreamInferResponse) -> None:
+        async with self.writing:
+            await self.context.write(response)
+
+
+def _final(request: ModelInferRequest) -> ModelInferResponse:
+    response = ModelInferResponse(
+        model_name=request.model_name, model_version=request.model_version, id=request.id
+    )
+    response.parameters[FINAL].bool_param = True
+    return response
+
+
+def handler(service: OpenInferenceService) -> grpc.GenericRpcHandler:
+    def unary(method: Any, request: Any, response: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            method,
+            request_deserializer=request.FromString,
+            response_serializer=response.SerializeToString,
+        )
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE,
+        {
+            "ServerLive": unary(service.ServerLive, ServerLiveRequest, ServerLiveResponse),
+            "ServerReady": unary(service.ServerReady, ServerReadyRequest, ServerReadyResponse),
+            "ServerMetadata": unary(
+                service.ServerMetadata, ServerMetadataRequest, ServerMetadataResponse
+            ),
+            "ModelReady": unary(service.ModelReady, ModelReadyRequest, ModelReadyResponse),
+            "ModelMetadata": unary(
+                service.ModelMetadata, ModelMetadataRequest, ModelMetadataResponse
+            ),
+            "ModelInfer": unary(service.ModelInfer, ModelInferRequest, ModelInferResponse),
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+                service.ModelStreamInfer,
+                request_deserializer=ModelInferRequest.FromString,
+                response_serializer=ModelStreamInferResponse.SerializeToString,
+            ),
+        },
+    )

@@ -1,0 +1,352 @@
+"""Open Inference Protocol tensors as a block's Cog JSON, and its JSON answer as tensors.
+
+Input: each tensor is the input field of its name. A BYTES element is a UTF-8 string, or the
+JSON document it holds when the tensor's ``content_type`` parameter (else the request's) is
+``json``. A tensor of shape ``[1]`` or ``[]`` is its one element; any other shape gives nested
+lists (``[2, 3]``: two lists of three). Elements come from ``contents`` or, for every tensor of
+the request at once, ``raw_input_contents`` (little-endian; a BYTES element as a 4-byte
+little-endian length and its bytes). A tensor that does not hold what its datatype and shape
+say is ``INVALID_ARGUMENT`` naming it.
+
+Output: an object answer is one tensor per key, any other value one tensor named ``output``.
+A string is BYTES, an int INT64, a float FP64, a bool BOOL, each of shape ``[1]``; a
+rectangular, non-empty list of one such kind (ints and floats together: FP64) is a tensor of
+its shape; anything else (an object, a mixed or empty list, null) is a BYTES tensor of shape
+``[1]`` holding its JSON, with parameter ``content_type: "json"``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import InvalidArgument
+from gateway.proto.grpc_service_pb2 import (
+    InferParameter,
+    InferTensorContents,
+    ModelInferRequest,
+    ModelInferResponse,
+)
+
+InputTensor = ModelInferRequest.InferInputTensor
+OutputTensor = ModelInferResponse.InferOutputTensor
+
+#: The output tensor of an answer that is not an object.
+OUTPUT = "output"
+CONTENT_TYPE = "content_type"
+JSON_TYPES = frozenset({"json", "application/json"})
+TEXT_TYPES = frozenset({"", "str", "string", "text", "text/plain"})
+#: Most dimensions a tensor may have.
+MAX_RANK = 32
+#: Most lists an empty tensor's shape may ask for (``[n, 0]`` is ``n`` empty lists).
+MAX_EMPTY_LISTS = 1 << 16
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class _Datatype:
+    #: ``struct`` code of one element (None: BYTES and BF16, read by hand).
+    code: str | None
+    size: int
+    #: The ``InferTensorContents`` field of its elements (None: raw contents only).
+    contents: str | None
+    #: Smallest and largest value of an integer type given in ``contents``.
+    bounds: tuple[int, int] | None = None
+
+
+DATATYPES: dict[str, _Datatype] = {
+    "BOOL": _Datatype("?", 1, "bool_contents"),
+    "UINT8": _Datatype("B", 1, "uint_contents", (0, 0xFF)),
+    "UINT16": _Datatype("H", 2, "uint_contents", (0, 0xFFFF)),
+    "UINT32": _Datatype("I", 4, "uint_contents"),
+    "UINT64": _Datatype("Q", 8, "uint64_contents"),
+    "INT8": _Datatype("b", 1, "int_contents", (-0x80, 0x7F)),
+    "INT16": _Datatype("h", 2, "int_contents", (-0x8000, 0x7FFF)),
+    "INT32": _Datatype("i", 4, "int_contents"),
+    "INT64": _Datatype("q", 8, "int64_contents"),
+    "FP16": _Datatype("e", 2, None),
+    "BF16": _Datatype(None, 2, None),
+    "FP32": _Datatype("f", 4, "fp32_contents"),
+    "FP64": _Datatype("d", 8, "fp64_contents"),
+    "BYTES": _Datatype(None, 0, "bytes_contents"),
+}
+_CONTENTS_FIELDS = tuple(sorted({d.contents for d in DATATYPES.values() if d.contents}))
+
+
+def parameter(parameters: Mapping[str, InferParameter], key: str) -> Any:
+    """The value of parameter ``key`` (bool, int, str or float); None when absent or unset."""
+    found = parameters.get(key)
+    if found is None:
+        return None
+    which = found.WhichOneof("parameter_choice")
+    return getattr(found, which) if which is not None else None
+
+
+# Input ------------------------------------------------------------------------------------
+
+
+def decode_inputs(request: ModelInferRequest) -> dict[str, Any]:
+    """The request's tensors as the block's input object."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise InvalidArgument(
+            f"has {len(raw)} entries for {len(request.inputs)} inputs", "raw_input_contents"
+        )
+    request_type = parameter(request.parameters, CONTENT_TYPE)
+    data: dict[str, Any] = {}
+    for index, tensor in enumerate(request.inputs):
+        name = tensor.name
+        if not name:
+            raise InvalidArgument("has no name", f"inputs[{index}]")
+        if name in data:
+            raise InvalidArgument("given twice", f"input {name!r}")
+        data[name] = decode_input(tensor, raw[index] if raw else None, request_type)
+    return data
+
+
+def decode_input(tensor: InputTensor, raw: bytes | None, request_type: Any = None) -> Any:
+    """One tensor's value: its element for shape ``[1]``/``[]``, else nested lists."""
+    where = f"input {tensor.name!r}"
+    datatype = DATATYPES.get(tensor.datatype)
+    if datatype is None:
+        known = ", ".join(DATATYPES)
+        raise InvalidArgument(f"unknown datatype {tensor.datatype!r} (one of {known})", where)
+    if "shared_memory_region" in tensor.parameters:
+        raise InvalidArgument("shared memory is not supported: send the tensor's contents", where)
+    shape = list(tensor.shape)
+    count = element_count(shape, where)
+    if raw is not None:
+        if tensor.HasField("contents"):
+            raise InvalidArgument("has contents beside raw_input_contents", where)
+        elements = _from_raw(tensor.datatype, datatype, raw, count, where)
+    else:
+        elements = _from_contents(tensor.datatype, datatype, tensor.contents, count, where)
+    if tensor.datatype == "BYTES":
+        content_type = parameter(tensor.parameters, CONTENT_TYPE)
+        if content_type is None:
+            content_type = request_type
+        elements = _strings(elements, content_type, where)
+    elif tensor.datatype in ("FP16", "BF16", "FP32", "FP64"):
+        if not all(math.isfinite(e) for e in elements):
+            raise InvalidArgument("holds a value that is not a finite number", where)
+    if len(shape) <= 1 and count == 1:
+        return elements[0]
+    return _nest(elements, shape)
+
+
+def element_count(shape: Sequence[int], where: str) -> int:
+    if len(shape) > MAX_RANK:
+        raise InvalidArgument(f"has {len(shape)} dimensions, over {MAX_RANK}", where)
+    count = 1
+    for size in shape:
+        if size < 0:
+            raise InvalidArgument(f"shape {list(shape)} has a negative dimension", where)
+        count *= size
+    if count == 0:
+        lists = 1
+        for size in shape:
+            if size == 0:
+                break
+            lists *= size
+            if lists > MAX_EMPTY_LISTS:
+                raise InvalidArgument(f"shape {list(shape)} is too large for no elements", where)
+    return count
+
+
+def _from_raw(name: str, datatype: _Datatype, raw: bytes, count: int, where: str) -> list[Any]:
+    if name == "BYTES":
+        return _split_bytes(raw, count, where)
+    expected = count * datatype.size
+    if len(raw) != expected:
+        raise InvalidArgument(
+            f"raw contents are {len(raw)} bytes; {count} {name} elements are {expected}", where
+        )
+    if name == "BF16":  # the upper half of an FP32
+        widened = b"".join(b"\0\0" + raw[i : i + 2] for i in range(0, len(raw), 2))
+        return list(struct.unpack(f"<{count}f", widened))
+    assert datatype.code is not None
+    return list(struct.unpack(f"<{count}{datatype.code}", raw))
+
+
+def _split_bytes(raw: bytes, count: int, where: str) -> list[bytes]:
+    elements: list[bytes] = []
+    offset = 0
+    while offset < len(raw):
+        if offset + 4 > len(raw):
+            raise InvalidArgument("raw BYTES contents end inside an element's length", where)
+        (size,) = struct.unpack_from("<I", raw, offset)
+        offset += 4
+        if offset + size > len(raw):
+            raise InvalidArgument("raw BYTES contents end inside an element", where)
+        elements.append(raw[offset : offset + size])
+        offset += size
+    if len(elements) != count:
+        raise InvalidArgument(
+            f"raw BYTES contents hold {len(elements)} elements; its shape says {count}", where
+        )
+    return elements
+
+
+def _from_contents(
+    name: str, datatype: _Datatype, contents: InferTensorContents, count: int, where: str
+) -> list[Any]:
+    if datatype.contents is None:
+        raise InvalidArgument(f"{name} is sent in raw_input_contents only", where)
+    for other in _CONTENTS_FIELDS:
+        if other != datatype.contents and len(getattr(contents, other)):
+            raise InvalidArgument(f"has {other}, which is not for {name}", where)
+    elements = list(getattr(contents, datatype.contents))
+    if len(elements) != count:
+        raise InvalidArgument(
+            f"contents hold {len(elements)} elements; its shape says {count}", where
+        )
+    if datatype.bounds is not None:
+        low, high = datatype.bounds
+        if any(not low <= e <= high for e in elements):
+            raise InvalidArgument(f"holds a value out of {name}'s range", where)
+    return elements
+
+
+def _strings(elements: Iterable[bytes], content_type: Any, where: str) -> list[Any]:
+    kind = content_type.lower() if isinstance(content_type, str) else content_type
+    if kind is not None and kind not in JSON_TYPES and kind not in TEXT_TYPES:
+        raise InvalidArgument(
+            f"content_type {content_type!r} is not one of json, str", f"{where} parameters"
+        )
+    values: list[Any] = []
+    for element in elements:
+        try:
+            text = element.decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidArgument("holds an element that is not UTF-8", where) from None
+        if kind in JSON_TYPES:
+            try:
+                values.append(json.loads(text))
+            except ValueError as error:
+                raise InvalidArgument(
+                    f"holds an element that is not JSON ({error})", where
+                ) from None
+        else:
+            values.append(text)
+    return values
+
+
+def _nest(elements: list[Any], shape: Sequence[int]) -> Any:
+    """Row-major ``elements`` as nested lists of ``shape`` (its element count checked)."""
+    if len(shape) <= 1:
+        return elements
+    if not elements:  # some dimension is 0
+        inner = shape[1:]
+        return [_nest([], inner) for _ in range(shape[0])]
+    step = len(elements) // shape[0]
+    return [_nest(elements[i : i + step], shape[1:]) for i in range(0, len(elements), step)]
+
+
+# Output -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """An output tensor before it is encoded: its elements flattened in row-major order."""
+
+    name: str
+    datatype: str
+    shape: list[int]
+    elements: list[Any]
+    #: String parameters of the tensor (``content_type``).
+    parameters: dict[str, str] = field(default_factory=dict)
+
+
+def output_tensors(value: Any) -> list[Tensor]:
+    """An answer as tensors: one per key of an object, else one named ``output``."""
+    if isinstance(value, dict):
+        return [tensor_of(str(key), item) for key, item in value.items()]
+    return [tensor_of(OUTPUT, value)]
+
+
+def tensor_of(name: str, value: Any) -> Tensor:
+    kind = _scalar_kind(value)
+    if kind is not None:
+        return Tensor(name, kind, [1], [value])
+    if isinstance(value, list):
+        shaped = _shaped(value)
+        if shaped is not None:
+            shape, elements = shaped
+            kinds = {_scalar_kind(e) for e in elements}
+            if kinds == {"INT64", "FP64"}:
+                return Tensor(name, "FP64", shape, [float(e) for e in elements])
+            (only,) = kinds if len(kinds) == 1 else (None,)
+            if only is not None:
+                return Tensor(name, only, shape, elements)
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return Tensor(name, "BYTES", [1], [text], {CONTENT_TYPE: "json"})
+
+
+def _scalar_kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT64" if _INT64[0] <= value <= _INT64[1] else None
+    if isinstance(value, float):
+        return "FP64"
+    if isinstance(value, str):
+        return "BYTES"
+    return None
+
+
+def _shaped(value: list[Any]) -> tuple[list[int], list[Any]] | None:
+    """A rectangular, non-empty nest of lists: its shape and its elements; else None."""
+    if not value:
+        return None
+    if not any(isinstance(item, list) for item in value):
+        return [len(value)], list(value)
+    if not all(isinstance(item, list) for item in value):
+        return None
+    inner = [_shaped(item) for item in value]
+    first = inner[0]
+    if first is None or any(other is None or other[0] != first[0] for other in inner):
+        return None
+    elements = [e for part in inner if part is not None for e in part[1]]
+    return [len(value), *first[0]], elements
+
+
+def encode_outputs(
+    tensors: Iterable[Tensor], response: ModelInferResponse, raw: bool
+) -> ModelInferResponse:
+    """Add ``tensors`` to ``response``, in ``raw_output_contents`` or in each ``contents``."""
+    for tensor in tensors:
+        out = response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
+        for key, text in tensor.parameters.items():
+            out.parameters[key].string_param = text
+        if raw:
+            response.raw_output_contents.append(_raw(tensor))
+        else:
+            _contents(tensor, out.contents)
+    return response
+
+
+def _element_bytes(element: str | bytes) -> bytes:
+    """A BYTES element: a string as UTF-8, bytes as they are."""
+    return element.encode("utf-8", "surrogatepass") if isinstance(element, str) else element
+
+
+def _raw(tensor: Tensor) -> bytes:
+    count = len(tensor.elements)
+    if tensor.datatype == "BYTES":
+        encoded = [_element_bytes(e) for e in tensor.elements]
+        return b"".join(struct.pack("<I", len(e)) + e for e in encoded)
+    code = DATATYPES[tensor.datatype].code
+    return struct.pack(f"<{count}{code}", *tensor.elements)
+
+
+def _contents(tensor: Tensor, contents: InferTensorContents) -> None:
+    if tensor.datatype == "BYTES":
+        contents.bytes_contents.extend(_element_bytes(e) for e in tensor.elements)
+        return
+    target = DATATYPES[tensor.datatype].contents
+    assert target is not None
+    getattr(contents, target).extend(tensor.elements)

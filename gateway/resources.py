@@ -1,0 +1,117 @@
+"""What a gateway process opens once and shares between its calls: the database, Redis, the
+queue, the catalog cache, the event hub, the fleet view, the file store and (optionally) the
+synchronous lane. Each is closed by the caller's exit stack, in the reverse order."""
+
+from __future__ import annotations
+
+import functools
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from director.queue import Queue
+from gateway.settings import GatewaySettings
+from lane.service import Lane
+from lane.settings import LaneSettings
+from tracker.capabilities import StreamUrlSettings
+from tracker.catalog_cache import Catalog
+from tracker.db import make_engine
+from tracker.event_hub import EventHub
+from tracker.events import EventLog
+from tracker.files.links import FileLinks
+from tracker.files.service import Files
+from tracker.files.settings import FileSettings
+from tracker.fleet import FleetView
+from tracker.group_commit import Batcher
+from tracker.redis_connect import connect as connect_redis
+from tracker.redis_connect import require_noeviction
+from tracker.store import NewPrediction, insert_predictions
+from tracker.waiter_shares import WaiterShares
+
+#: Names of the gateway's Redis connections in ``CLIENT LIST``.
+CLIENT_NAME = "conduit-gateway"
+HUB_CLIENT_NAME = "conduit-gateway-events"
+
+
+@dataclass
+class GatewayResources:
+    settings: GatewaySettings
+    engine: AsyncEngine
+    redis: Redis
+    queue: Queue
+    catalog: Catalog
+    #: Group commit of new predictions (:func:`tracker.store.insert_predictions`).
+    new_predictions: Batcher[NewPrediction, RowMapping]
+    #: The process's one reader of prediction event streams.
+    hub: EventHub
+    events: EventLog
+    #: Which runners are ready, for ``UNAVAILABLE`` before anything is queued.
+    fleet: FleetView
+    files: Files
+    #: The synchronous lane, when this gateway joins it (``CONDUIT_GATEWAY_LANE``).
+    lane: Lane | None = None
+
+
+async def open_resources(stack: AsyncExitStack, settings: GatewaySettings) -> GatewayResources:
+    """Open everything, each closed by ``stack``: a step that fails closes what the steps
+    before it opened."""
+    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+    stack.push_async_callback(engine.dispose)
+    redis = connect_redis(
+        settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
+    )
+    stack.push_async_callback(redis.aclose)
+    await require_noeviction(redis)
+    signer = StreamUrlSettings().signer(redis)
+    await signer.reload()  # not fatal: retried when a file needs signing
+    queue = Queue(redis)
+    stack.push_async_callback(queue.close)
+    new_predictions = Batcher(functools.partial(insert_predictions, engine))
+    stack.push_async_callback(new_predictions.close)
+    hub = EventHub.for_url(
+        settings.redis_url,
+        redis,
+        settings.max_waiters,
+        settings.events_block_ms,
+        HUB_CLIENT_NAME,
+        # Every waiter of the gateway is a task its own caller waits for: one account may take
+        # every place, as it takes every call it makes.
+        WaiterShares(),
+    )
+    stack.push_async_callback(hub.close)
+    lane = None
+    if settings.lane:
+        lane = Lane(redis, engine, LaneSettings())
+        stack.push_async_callback(lane.stop)
+        fleet = lane.fleet
+    else:
+        fleet = FleetView(redis)
+        stack.push_async_callback(fleet.stop)
+    file_settings = FileSettings()
+    file_store = file_settings.store()
+    stack.push_async_callback(file_store.close)
+    files = Files(
+        engine, file_store, FileLinks(settings.public_url.rstrip("/"), signer), file_settings
+    )
+    resources = GatewayResources(
+        settings=settings,
+        engine=engine,
+        redis=redis,
+        queue=queue,
+        catalog=Catalog(engine, settings.cache_ttl),
+        new_predictions=new_predictions,
+        hub=hub,
+        events=EventLog(redis, settings.events_retention),
+        fleet=fleet,
+        files=files,
+        lane=lane,
+    )
+    if lane is not None:
+        await lane.start()
+    else:
+        await fleet.start()
+    hub.start()
+    return resources
