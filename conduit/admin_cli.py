@@ -216,7 +216,7 @@ def _add_blocks(admin_sub: Any) -> None:
     block.add_argument(
         "--synchronous", action="store_true", help="run it on the synchronous lane (/run)"
     )
-    block.add_argument("--id", help="the block's id (blk- and 8 lowercase letters or digits)")
+    block.add_argument("--id", help="the block's id (blk- and 4 to 12 lowercase letters or digits)")
     block.set_defaults(func=cmd_create_block)
     listed = admin_sub.add_parser("list-blocks", help="list the blocks of every account")
     listed.add_argument("--limit", type=int, default=1000, help="newest N (default 1000)")

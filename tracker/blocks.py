@@ -1,6 +1,7 @@
-"""Blocks: a deployment, or a model version, published under an id (``blk-`` and eight
-lowercase letters or digits) that the inference gateway runs, with free metadata that search
-filters on.
+"""Blocks: a deployment, or a model version, published under an id that the inference gateway
+runs, with free metadata that search filters on. An id is ``blk-`` and eight lowercase
+letters or digits when drawn, 4 to 12 when an operator chooses it (ids clients already name
+may be shorter, e.g. the seed's ``blk-xhhwhwu``).
 
 A block is the account's that published it, the only one that may delete it. Who may *use*
 it is who may use what it names, by the catalog's own rules (:func:`tracker.catalog.sees`
@@ -31,7 +32,7 @@ from tracker.tables import Account, Block, Deployment, Grant, Model, Version
 
 blocks = cast(Table, Block.__table__)
 
-BLOCK_ID = re.compile(r"blk-[a-z0-9]{8}")
+BLOCK_ID = re.compile(r"blk-[a-z0-9]{4,12}")
 _ALPHABET = string.ascii_lowercase + string.digits
 
 #: Where the grants of an account come from: the catalog's query by default; a process
@@ -152,7 +153,7 @@ async def create(
     if (deployment_id is None) == (version_id is None):
         raise ValueError("a block names a deployment or a version, exactly one")
     if block_id is not None and not BLOCK_ID.fullmatch(block_id):
-        raise ValueError(f"a block id is blk- and eight lowercase letters or digits: {block_id!r}")
+        raise ValueError(f"a block id is blk- and 4 to 12 letters or digits: {block_id!r}")
     values = {
         "account_id": account_id,
         "deployment_id": deployment_id,

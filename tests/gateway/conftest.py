@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,10 @@ from gateway.oip_directory import BlockDirectory
 from gateway.server import Gateway, start, token_auth
 from gateway.settings import GatewaySettings
 from gateway.task import Task
+from tests.conftest import Stack
+from tests.fixtures.admin import Admin
+from tests.fixtures.gateway_stack import Live, live_fixture
+from tests.fixtures.processes import Launcher
 from tracker.catalog import AccountInfo
 
 PROTO = Path(__file__).resolve().parents[2] / "gateway" / "proto" / "inference.proto"
@@ -108,3 +112,10 @@ def generate_stubs(out: Path) -> Path:
         check=True,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def live(stack: Stack, launcher: Launcher, admin: Admin, redis_url: str) -> Iterator[Live]:
+    """The live gateway stack (``tests.fixtures.gateway_stack``), once per session: its
+    blocks have fixed ids."""
+    yield from live_fixture(stack, launcher, admin, redis_url)

@@ -8,78 +8,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 import httpx
 import pytest
-from redis.asyncio import Redis
 
 from gateway.proto.inference_pb2 import AIOSPacket, BlockInferencePacket, FileInfo
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
-from tests.conftest import Stack
-from tests.fixtures.admin import Admin
-from tests.fixtures.inspect_model import GRAPH_BLOCKS, REGISTRATION
-from tests.fixtures.processes import Launcher
-from tests.fixtures.waiting import until, wait_for
-from tracker.fleet import read_fleet
+from tests.fixtures.gateway_stack import Live
+from tests.fixtures.waiting import until
 
 MIB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Live:
-    api_url: str
-    address: str
-    #: A block of the public ``inspect`` deployment (the first of GRAPH_BLOCKS).
-    block: str
-    #: A block of a private deployment with no runner, and its owner's token.
-    private_block: str
-    private_owner_token: str
-
-
-def served(redis_url: str, deployment: str) -> bool:
-    """Whether the fleet registry lists a ready runner of ``deployment``."""
-
-    async def read() -> bool:
-        redis = Redis.from_url(redis_url)
-        try:
-            entries = await read_fleet(redis)
-        finally:
-            await redis.aclose()
-        return any(e.deployment == deployment and e.ready for e in entries.values())
-
-    return asyncio.run(read())
-
-
-@pytest.fixture(scope="module")
-def live(stack: Stack, launcher: Launcher, admin: Admin, redis_url: str) -> Iterator[Live]:
-    env = {"CONDUIT_RUNNER_MODELS": REGISTRATION}
-    runner, runner_url = launcher.runner("inspect", concurrency=4, env=env)
-    name = f"gw{uuid.uuid4().hex[:6]}/inspect"
-    admin.create_model(name, runner_url)
-    admin.create_deployment(name, name, shards=2, visibility="public")
-    director = launcher.director(name, runner_url, concurrency=4)
-    for block_id in GRAPH_BLOCKS:
-        admin.create_block(
-            name, {"component": {"metadata": {"model": "inspect"}}}, block_id=block_id
-        )
-    owner = f"gwp{uuid.uuid4().hex[:6]}"
-    owner_token = admin.create_account(owner)
-    admin.create_model(f"{owner}/inspect", runner_url)
-    admin.create_deployment(f"{owner}/inspect", f"{owner}/inspect", shards=1)
-    private_block = admin.create_block(f"{owner}/inspect")
-    wait_for(lambda: served(redis_url, name), "the director advertising its runner")
-    gateway, address = launcher.gateway()
-    try:
-        yield Live(stack.api_url, address, GRAPH_BLOCKS[0], private_block, owner_token)
-    finally:
-        gateway.stop()
-        director.stop()
-        runner.stop()
 
 
 @pytest.fixture
