@@ -2,9 +2,10 @@
 
 :func:`running_stack` starts Redis and Postgres (:func:`conduit.services.local_services`),
 creates and migrates a database, and yields a :class:`BenchStack` whose methods start runners,
-directors and the api as subprocesses (:class:`tests.fixtures.processes.Launcher`) and create
-accounts, models and deployments (:class:`tests.fixtures.admin.Admin`). Leaving the context
-stops every process and server it started, also on errors, after printing their log tails.
+directors, the api and the gateway as subprocesses (:class:`tests.fixtures.processes.Launcher`)
+and create accounts, models and deployments (:class:`tests.fixtures.admin.Admin`). Leaving the
+context stops every process and server it started, also on errors, after printing their log
+tails.
 
 Unlike the tests, settings are left at their production defaults (webhook polling, the
 director's retry interval), so the figures describe a stack as deployed.
@@ -72,9 +73,12 @@ class BenchStack:
         self.roles.setdefault(role, []).append(proc)
         return proc
 
-    def runner(self, concurrency: int = 4) -> str:
-        """A stock ``conduit runner echo``; returns its URL once it is READY."""
-        proc, url = self.launcher.runner("echo", concurrency=concurrency)
+    def runner(
+        self, concurrency: int = 4, model: str = "echo", env: dict[str, str] | None = None
+    ) -> str:
+        """A stock ``conduit runner <model>`` (``echo`` unless told); returns its URL once it
+        is READY. ``env`` adds to the stack's environment (``CONDUIT_RUNNER_MODELS``)."""
+        proc, url = self.launcher.runner(model, concurrency=concurrency, env=env)
         self._track("runner", proc)
         return url
 
@@ -122,6 +126,12 @@ class BenchStack:
         proc, url = self.launcher.api()
         self._track("api", proc)
         return url
+
+    def gateway(self, env: dict[str, str] | None = None) -> str:
+        """``conduit gateway`` on a free port; its ``host:port`` once it answers SERVING."""
+        proc, address = self.launcher.gateway(env)
+        self._track("gateway", proc)
+        return address
 
     def token(self) -> str:
         return self.admin.create_account(f"bench-{uuid.uuid4().hex[:10]}")

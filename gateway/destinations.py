@@ -8,9 +8,12 @@ does not exist (``NOT_FOUND``), here and in a graph."""
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass
 from typing import Any
 
+from core.transient import TRANSIENT
 from gateway.errors import NotFound, Unavailable
 from tracker import blocks
 from tracker.blocks import BlockInfo
@@ -18,6 +21,9 @@ from tracker.catalog import AccountInfo, VersionInfo
 from tracker.catalog_cache import Catalog, TTLCache
 from tracker.fleet import FleetView
 from tracker.keys import Target
+
+#: Seconds between reads of the fleet registry made to confirm a refusal.
+FORCED_REFRESH_EVERY = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +50,7 @@ class Destinations:
     def __init__(self, catalog: Catalog, fleet: FleetView, ttl: float) -> None:
         self.catalog = catalog
         self.fleet = fleet
+        self._forced_at = -FORCED_REFRESH_EVERY
         self._blocks: TTLCache[tuple[int, str], BlockInfo | None] = TTLCache(ttl)
 
     async def find(self, account: AccountInfo, block_id: str) -> Destination | None:
@@ -82,17 +89,26 @@ class Destinations:
             raise unknown_block(block_id, field)
         return destination
 
-    def check_served(self, destination: Destination) -> None:
+    async def check_served(self, destination: Destination) -> None:
         """``UNAVAILABLE`` when the fleet registry knows no ready runner for the block (once
-        the registry has been read: a gateway that could not read it yet lets tasks queue)."""
-        if self.fleet.refreshed_at is None:
+        the registry has been read: a gateway that could not read it yet lets tasks queue).
+        The local view lags the registry by up to its refresh interval, so before refusing
+        it is read again: a runner that just came up is not refused."""
+        if self.fleet.refreshed_at is None or self._served(destination):
             return
+        now = time.monotonic()
+        if now - self._forced_at >= FORCED_REFRESH_EVERY:  # a flood of refusals reads once
+            self._forced_at = now
+            with contextlib.suppress(*TRANSIENT):
+                await self.fleet.refresh()
+        if not self._served(destination):
+            block = destination.block
+            if block.deployment is None and not destination.version.deployed:
+                raise Unavailable(f"no deployment runs block {block.id}'s version", "block_id")
+            raise Unavailable(f"no runner serves block {block.id} now", "block_id")
+
+    def _served(self, destination: Destination) -> bool:
         block = destination.block
         if block.deployment is not None:
-            served = self.fleet.runners_for(block.deployment)
-        else:
-            if not destination.version.deployed:
-                raise Unavailable(f"no deployment runs block {block.id}'s version", "block_id")
-            served = self.fleet.runners_serving(destination.version.id)
-        if not served:
-            raise Unavailable(f"no runner serves block {block.id} now", "block_id")
+            return bool(self.fleet.runners_for(block.deployment))
+        return bool(self.fleet.runners_serving(destination.version.id))

@@ -97,7 +97,7 @@ class BlockExecutor:
         self, account: AccountInfo, destination: Destination, task: Task
     ) -> tuple[dict[str, Any], bytes]:
         """The task's input, checked and its files stored; and its canonical JSON."""
-        self.destinations.check_served(destination)
+        await self.destinations.check_served(destination)
         await self._check_with_files(account, destination, block_input.compose(task))
         input = await block_input.attach_files(self.resources.files, account.id, task)
         return input, self._canonical(input)
@@ -240,7 +240,7 @@ class BlockExecutor:
         )
         head = plan.resolved[task.block_id]
         for node in plan.order:
-            self.destinations.check_served(plan.resolved[node])
+            await self.destinations.check_served(plan.resolved[node])
         await self._check_with_files(account, head, block_input.compose(task))
         head_input = await block_input.attach_files(self.resources.files, account.id, task)
         graph_id = new_prediction_id()
