@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROCESS_PACKAGES: dict[str, tuple[str, ...]] = {
     "api": ("api", "lane", "tracker"),
     "director": ("director", "tracker"),
+    # The gateway reads the lane's settings too, for when it joins the lane.
+    "gateway": ("gateway", "lane", "tracker"),
     "runner": ("runners",),
     "migrate": ("api",),
 }

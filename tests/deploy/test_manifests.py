@@ -24,6 +24,8 @@ import yaml
 
 import protocol as wire
 from director.settings import DirectorSettings
+from gateway.server import SERVICE
+from gateway.settings import GatewaySettings
 from tests.deploy import settings_env
 from tests.deploy.rendering import KIT, OVERLAYS, Manifest, identity, overlay, render
 from tests.deploy.validation import VERSIONS, validate
@@ -237,7 +239,7 @@ def test_autoscaled_workloads_leave_the_replica_count_to_their_autoscaler(
 
 def test_every_long_running_process_has_split_probes(rendered: list[Manifest]) -> None:
     running = [c for c in containers(rendered) if c.long_running]
-    assert {c.process for c in running} == {"api", "director", "runner"}
+    assert {c.process for c in running} == {"api", "director", "gateway", "runner"}
     for container in running:
         liveness, readiness = container.spec["livenessProbe"], container.spec["readinessProbe"]
         assert liveness != readiness, container.where
@@ -248,6 +250,32 @@ def test_every_long_running_process_has_split_probes(rendered: list[Manifest]) -
             assert readiness["httpGet"]["path"] == "/readyz", container.where
             for probe in (liveness, readiness):
                 assert container.port(probe["httpGet"]["port"]), container.where
+
+
+def test_the_gateway_is_probed_over_grpc_health_on_its_own_port(rendered: list[Manifest]) -> None:
+    gateways = [c for c in containers(rendered) if c.process == "gateway"]
+    assert gateways
+    for gateway in gateways:
+        port = gateway.args.port
+        assert gateway.args.host == "0.0.0.0" and gateway.port("grpc") == port
+        # kubelet's gRPC probes call grpc.health.v1 at the container's port (by number: a
+        # gRPC probe takes no port name).
+        readiness = gateway.spec["readinessProbe"]["grpc"]
+        liveness = gateway.spec["livenessProbe"]["grpc"]
+        assert readiness["port"] == liveness["port"] == port, gateway.where
+        assert readiness["service"] == SERVICE, gateway.where
+
+
+def test_the_gateway_gets_time_to_finish_its_calls(rendered: list[Manifest]) -> None:
+    for gateway in (c for c in containers(rendered) if c.process == "gateway"):
+        set_grace = gateway.env("CONDUIT_GATEWAY_SHUTDOWN_GRACE")
+        default = GatewaySettings.model_fields["shutdown_grace"].default
+        grace = float(value_of(rendered, set_grace) or default) if set_grace else default
+        pause = float(gateway.spec["lifecycle"]["preStop"]["exec"]["command"][-1])
+        assert gateway.pod["terminationGracePeriodSeconds"] > pause + grace, gateway.where
+        # Liveness fails only after longer than the grace, so it never cuts a stop short.
+        liveness = gateway.spec["livenessProbe"]
+        assert liveness["periodSeconds"] * liveness["failureThreshold"] > grace, gateway.where
 
 
 def test_the_runner_is_probed_inside_its_container_on_its_own_paths(
