@@ -15,6 +15,7 @@ from typing import Any
 
 from core.transient import TRANSIENT
 from gateway.errors import NotFound, Unavailable
+from gateway.session_routes import SessionRoutes
 from tracker import blocks
 from tracker.blocks import BlockInfo
 from tracker.catalog import AccountInfo, VersionInfo
@@ -47,18 +48,31 @@ def unknown_block(block_id: str, field: str = "block_id") -> NotFound:
 
 
 class Destinations:
-    def __init__(self, catalog: Catalog, fleet: FleetView, ttl: float) -> None:
+    def __init__(
+        self,
+        catalog: Catalog,
+        fleet: FleetView,
+        ttl: float,
+        routes: SessionRoutes | None = None,
+    ) -> None:
         self.catalog = catalog
         self.fleet = fleet
+        #: What sessions resolved, shared by the replicas (None: only this process's cache).
+        self.routes = routes
         self._forced_at = -FORCED_REFRESH_EVERY
-        self._blocks: TTLCache[tuple[int, str], BlockInfo | None] = TTLCache(ttl)
+        self._blocks: TTLCache[tuple[int, str, str], BlockInfo | None] = TTLCache(ttl)
 
-    async def find(self, account: AccountInfo, block_id: str) -> Destination | None:
+    async def find(
+        self, account: AccountInfo, block_id: str, session_id: str = ""
+    ) -> Destination | None:
         """The block's destination, or None when the account may not use it (or it does not
-        exist, or what it names is gone)."""
+        exist, or what it names is gone). Within a session, a block this process has not
+        cached is taken from what the session resolved before (on any replica), else resolved
+        and kept for the session."""
+        # Per session: what a session kept is its own, never another session's view.
         block = await self._blocks.get(
-            (account.id, block_id),
-            lambda: blocks.resolve(self.catalog.engine, account, block_id, self.catalog.grants),
+            (account.id, block_id, session_id),
+            lambda: self._resolve(account, block_id, session_id),
         )
         if block is None:
             return None
@@ -80,11 +94,24 @@ class Destinations:
         info, validator = found
         return Destination(block, info, validator, Target.version(info.id, info.shards))
 
+    async def _resolve(
+        self, account: AccountInfo, block_id: str, session_id: str
+    ) -> BlockInfo | None:
+        routes = self.routes if session_id else None
+        if routes is not None:
+            kept = await routes.block(account.id, session_id, block_id)
+            if kept is not None:
+                return kept
+        block = await blocks.resolve(self.catalog.engine, account, block_id, self.catalog.grants)
+        if block is not None and routes is not None:
+            await routes.keep_block(account.id, session_id, block)
+        return block
+
     async def resolve(
-        self, account: AccountInfo, block_id: str, field: str = "block_id"
+        self, account: AccountInfo, block_id: str, field: str = "block_id", session_id: str = ""
     ) -> Destination:
         """:meth:`find`, or ``NOT_FOUND`` naming ``field``."""
-        destination = await self.find(account, block_id)
+        destination = await self.find(account, block_id, session_id)
         if destination is None:
             raise unknown_block(block_id, field)
         return destination

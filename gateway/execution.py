@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,6 +44,7 @@ from gateway.executor import TaskResult
 from gateway.graph import GraphPlan, plan_graph, run_graph
 from gateway.lane_runs import run_on_lane
 from gateway.resources import GatewayResources
+from gateway.session_routes import SessionRoutes, graph_digest
 from gateway.task import Task
 from tracker import store
 from tracker.catalog import AccountInfo
@@ -65,14 +66,18 @@ INPUT_REJECTED = "Invalid input:"
 class BlockExecutor:
     def __init__(self, resources: GatewayResources) -> None:
         self.resources = resources
+        settings = resources.settings
+        self.routes = SessionRoutes(resources.redis, settings.route_ttl)
         self.destinations = Destinations(
-            resources.catalog, resources.fleet, resources.settings.cache_ttl
+            resources.catalog, resources.fleet, settings.cache_ttl, self.routes
         )
 
     async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
         if task.output_ptr is not None:
             return TaskResult(await self._graph(account, task, deadline))
-        destination = await self.destinations.resolve(account, task.block_id)
+        destination = await self.destinations.resolve(
+            account, task.block_id, session_id=task.session_id
+        )
         input, input_json = await self._checked_input(account, destination, task)
         return TaskResult(await self._step(account, destination, input, input_json, deadline))
 
@@ -80,7 +85,9 @@ class BlockExecutor:
         self, account: AccountInfo, task: Task, deadline: float | None
     ) -> AsyncIterator[Any]:
         if task.output_ptr is None:
-            destination = await self.destinations.resolve(account, task.block_id)
+            destination = await self.destinations.resolve(
+                account, task.block_id, session_id=task.session_id
+            )
             if not (destination.synchronous and self.resources.lane is not None):
                 input, input_json = await self._checked_input(account, destination, task)
                 async for item in self._durable(
@@ -229,15 +236,49 @@ class BlockExecutor:
 
     # -- graphs -----------------------------------------------------------------------------
 
-    async def _graph(self, account: AccountInfo, task: Task, deadline: float | None) -> Any:
+    async def _plan(self, account: AccountInfo, task: Task) -> GraphPlan[Destination]:
+        """The task's graph checked and its blocks resolved; within a session, a graph it ran
+        before skips the checks (its plan is kept for the session, ``route_ttl``)."""
         settings = self.resources.settings
+        session = task.session_id
+
+        def find(block_id: str) -> Awaitable[Destination | None]:
+            return self.destinations.find(account, block_id, session)
+
+        digest = graph_digest(task.output_ptr, task.block_id)
+        kept = await self.routes.graph(account.id, session, digest) if session else None
+        if kept is not None:
+            found = await asyncio.gather(*(find(node) for node in kept["order"]))
+            if all(found):
+                return GraphPlan(
+                    head=task.block_id,
+                    order=tuple(kept["order"]),
+                    parents={node: tuple(p) for node, p in kept["parents"].items()},
+                    children={node: tuple(c) for node, c in kept["children"].items()},
+                    resolved={n: d for n, d in zip(kept["order"], found, strict=True) if d},
+                    roots=(task.block_id,),
+                    leaves=tuple(kept["leaves"]),
+                )
         plan: GraphPlan[Destination] = await plan_graph(
             task.output_ptr,
             task.block_id,
-            lambda block_id: self.destinations.find(account, block_id),
+            find,
             max_nodes=settings.graph_max_nodes,
             max_fanout=settings.graph_max_fanout,
         )
+        if session:
+            skeleton = {
+                "order": plan.order,
+                "parents": plan.parents,
+                "children": plan.children,
+                "leaves": plan.leaves,
+            }
+            await self.routes.keep_graph(account.id, session, digest, skeleton)
+        return plan
+
+    async def _graph(self, account: AccountInfo, task: Task, deadline: float | None) -> Any:
+        settings = self.resources.settings
+        plan = await self._plan(account, task)
         head = plan.resolved[task.block_id]
         for node in plan.order:
             await self.destinations.check_served(plan.resolved[node])

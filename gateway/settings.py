@@ -30,6 +30,10 @@ class GatewaySettings(BaseSettings):
     default_deadline: float = Field(600.0, gt=0)
     #: Seconds a session (``session_id``) is remembered after its last task.
     session_ttl: int = Field(86400, ge=1)
+    #: Seconds a session keeps what it resolved (its blocks, its graphs' plans), so that its
+    #: later tasks skip resolving them on any replica; a block deleted or a grant revoked
+    #: reaches a session at most this late.
+    route_ttl: int = Field(300, ge=1)
     #: Largest answer kept for replay; a larger one is not sent twice: its replay is
     #: FAILED_PRECONDITION.
     session_answer_max_bytes: int = Field(16 * MIB, ge=0)
