@@ -34,6 +34,7 @@ from api.routes import (
     blocks,
     files,
     fleet,
+    graphs,
     health,
     models,
     predictions,
@@ -213,6 +214,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(fleet.router)
     app.include_router(files.router)
     app.include_router(blocks.router)
+    app.include_router(graphs.router)
     app.include_router(health.router)
     # Uploads stream into the file store, held to the files' own limit (``api.routes.files``).
     app.add_middleware(

@@ -17,6 +17,7 @@ from core.transient import TRANSIENT
 from gateway.errors import NotFound, Unavailable
 from gateway.session_routes import SessionRoutes
 from tracker import blocks
+from tracker.block_versions import served_now, version_of
 from tracker.blocks import BlockInfo
 from tracker.catalog import AccountInfo, VersionInfo
 from tracker.catalog_cache import Catalog, TTLCache
@@ -76,23 +77,17 @@ class Destinations:
         )
         if block is None:
             return None
-        if block.deployment is not None:
-            owner, _, name = block.deployment.partition("/")
-            deployment = await self.catalog.deployment(account, owner, name)
-            if deployment is None:
-                return None
-            found = await self.catalog.released_version(deployment)
-            if found is None:
-                return None
-            info, validator = found
-            target = Target.deployment(deployment.full_name, deployment.shards)
-            return Destination(block, info, validator, target, deployment.allow_high_priority)
-        assert block.version_id is not None
-        found = await self.catalog.version(account, block.version_id)
+        found = await version_of(self.catalog, account, block)
         if found is None:
             return None
-        info, validator = found
-        return Destination(block, info, validator, Target.version(info.id, info.shards))
+        if found.deployment is not None:
+            deployment = found.deployment
+            target = Target.deployment(deployment.full_name, deployment.shards)
+            return Destination(
+                block, found.version, found.validator, target, deployment.allow_high_priority
+            )
+        target = Target.version(found.version.id, found.version.shards)
+        return Destination(block, found.version, found.validator, target)
 
     async def _resolve(
         self, account: AccountInfo, block_id: str, session_id: str
@@ -135,7 +130,4 @@ class Destinations:
             raise Unavailable(f"no runner serves block {block.id} now", "block_id")
 
     def _served(self, destination: Destination) -> bool:
-        block = destination.block
-        if block.deployment is not None:
-            return bool(self.fleet.runners_for(block.deployment))
-        return bool(self.fleet.runners_serving(destination.version.id))
+        return bool(served_now(self.fleet, destination.block, destination.version))

@@ -32,10 +32,11 @@ import orjson
 from core.ids import new_prediction_id
 from director.submit import submit
 from gateway import block_input
-from gateway.destinations import Destination, Destinations
+from gateway.destinations import Destination, Destinations, unknown_block
 from gateway.errors import (
     Aborted,
     Cancelled,
+    FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
     Unavailable,
@@ -43,10 +44,11 @@ from gateway.errors import (
 from gateway.executor import TaskResult
 from gateway.graph import GraphPlan, plan_graph, run_graph
 from gateway.lane_runs import run_on_lane
+from gateway.named_graph import GRAPH_ID, RefusedGraph, compile_graph, run_named_graph
 from gateway.resources import GatewayResources
 from gateway.session_routes import SessionRoutes, graph_digest
 from gateway.task import Task
-from tracker import store
+from tracker import named_graphs, store
 from tracker.catalog import AccountInfo
 from tracker.events import EventType
 from tracker.input_checks import RefusedInput, canonical_input, check_input
@@ -73,6 +75,8 @@ class BlockExecutor:
         )
 
     async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
+        if GRAPH_ID.fullmatch(task.block_id):
+            return TaskResult(await self._named_graph(account, task, deadline))
         if task.output_ptr is not None:
             return TaskResult(await self._graph(account, task, deadline))
         destination = await self.destinations.resolve(
@@ -84,7 +88,7 @@ class BlockExecutor:
     async def stream(
         self, account: AccountInfo, task: Task, deadline: float | None
     ) -> AsyncIterator[Any]:
-        if task.output_ptr is None:
+        if task.output_ptr is None and not GRAPH_ID.fullmatch(task.block_id):
             destination = await self.destinations.resolve(
                 account, task.block_id, session_id=task.session_id
             )
@@ -309,6 +313,37 @@ class BlockExecutor:
 
         until = deadline if deadline is not None else time.monotonic() + settings.default_deadline
         return await run_graph(plan, head_input, run_step, until, settings.graph_max_inflight)
+
+    async def _named_graph(self, account: AccountInfo, task: Task, deadline: float | None) -> Any:
+        """A registered graph (``gph-…`` in ``block_id``): checked again against the blocks as
+        the account sees them now, each step run as a seed graph's step is."""
+        settings = self.resources.settings
+        stored = await named_graphs.get(self.resources.engine, account.id, task.block_id)
+        if stored is None:
+            raise unknown_block(task.block_id)
+        session = task.session_id
+        try:
+            compiled = await compile_graph(
+                stored.spec, lambda block_id: self.destinations.find(account, block_id, session)
+            )
+        except RefusedGraph as refused:
+            raise FailedPrecondition(
+                f"graph {stored.id} no longer fits its blocks: {refused.detail}"
+            ) from None
+        for destination in compiled.blocks.values():
+            await self.destinations.check_served(destination)
+        self._canonical(block_input.compose(task))
+        data = await block_input.attach_files(self.resources.files, account.id, task)
+        graph_id = new_prediction_id()
+
+        async def run_step(step: str, destination: Destination, input: Any, until: float) -> Any:
+            input_json = self._canonical(input)
+            self._check(destination, input)
+            link = {"id": graph_id, "step": step, "graph": stored.id}
+            return await self._step(account, destination, input, input_json, until, link)
+
+        until = deadline if deadline is not None else time.monotonic() + settings.default_deadline
+        return await run_named_graph(compiled, data, run_step, until, settings.graph_max_inflight)
 
 
 def _wall_deadline(deadline: float | None) -> datetime | None:

@@ -329,3 +329,22 @@ class Block(Base):
     #: Run on the synchronous lane (``/run``) rather than as a durable prediction.
     synchronous: Mapped[bool] = mapped_column(Boolean, server_default="false")
     created_at: Mapped[datetime] = _now()
+
+
+class Graph(Base):
+    """A named graph of blocks (``gph-…``), registered by an account with field mappings and
+    conditions (:mod:`tracker.named_graphs`); only that account reads, runs or deletes it."""
+
+    __tablename__ = "graphs"
+    __table_args__ = (
+        UniqueConstraint("account_id", "name", name="uq_graphs_account_name"),
+        Index("ix_graphs_account_created", "account_id", "created_at", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    #: The spec as registered (checked then; checked again, against the blocks of the day,
+    #: whenever it runs).
+    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _now()

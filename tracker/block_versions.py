@@ -1,0 +1,70 @@
+"""A block resolved for an account to the version it runs now, with that version's validator;
+and whether a ready runner serves it.
+
+A deployment block runs its deployment's released version (whoever may use the deployment may
+run it, whether or not it sees the model); a version block runs its version. What the account
+may not use is None, exactly as what does not exist (:func:`tracker.blocks.resolve`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tracker import blocks
+from tracker.blocks import BlockInfo
+from tracker.catalog import AccountInfo, DeploymentInfo, VersionInfo
+from tracker.catalog_cache import Catalog
+from tracker.fleet import FleetView
+
+
+@dataclass(frozen=True, slots=True)
+class BlockVersion:
+    block: BlockInfo
+    version: VersionInfo
+    #: The version's compiled input validator (None: its schema has no ``Input``).
+    validator: Any
+    #: The deployment, for a deployment block.
+    deployment: DeploymentInfo | None = None
+
+
+async def find_block_version(
+    catalog: Catalog, account: AccountInfo, block_id: str
+) -> BlockVersion | None:
+    """The block and the version it runs, or None when ``account`` may not use it (or it
+    does not exist, or what it names is gone)."""
+    block = await blocks.resolve(catalog.engine, account, block_id, catalog.grants)
+    if block is None:
+        return None
+    return await version_of(catalog, account, block)
+
+
+async def version_of(
+    catalog: Catalog, account: AccountInfo, block: BlockInfo
+) -> BlockVersion | None:
+    """The version ``block`` (resolved for ``account`` already) runs now, or None when what it
+    names is gone or no longer usable."""
+    if block.deployment is not None:
+        owner, _, name = block.deployment.partition("/")
+        deployment = await catalog.deployment(account, owner, name)
+        if deployment is None:
+            return None
+        found = await catalog.released_version(deployment)
+        if found is None:
+            return None
+        return BlockVersion(block, found[0], found[1], deployment)
+    assert block.version_id is not None
+    found = await catalog.version(account, block.version_id)
+    if found is None:
+        return None
+    return BlockVersion(block, found[0], found[1])
+
+
+def served_now(fleet: FleetView, block: BlockInfo, version: VersionInfo) -> bool | None:
+    """Whether the fleet registry lists a ready runner for the block; None until the view has
+    read the registry once."""
+    if fleet.refreshed_at is None:
+        return None
+    if block.deployment is not None:
+        return bool(fleet.runners_for(block.deployment))
+    return version.deployed and bool(fleet.runners_serving(version.id))
