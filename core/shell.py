@@ -47,6 +47,14 @@ class Tick:
     now: float
 
 
+@dataclass(frozen=True, slots=True)
+class ArmTimer:
+    """The effect every core uses for its one timer: (re)arm it to send :class:`Tick` at
+    ``at``, on the core's clock. Replaces any earlier one."""
+
+    at: float
+
+
 class TimerHandle(Protocol):
     def cancel(self) -> None: ...
 

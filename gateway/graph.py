@@ -18,12 +18,11 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 
-from core.shell import Shell, Tick
+from core.shell import ArmTimer, Shell, Tick
 from gateway.errors import Cancelled, DeadlineExceeded, GatewayError
 from gateway.graph_plan import GraphPlan, plan_graph
 from gateway.graph_run import (
     Answer,
-    ArmTimer,
     Begin,
     Effect,
     Event,

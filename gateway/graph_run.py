@@ -20,7 +20,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from gateway.graph_plan import GraphPlan
 
 # -- events ---------------------------------------------------------------------------------
@@ -47,13 +47,6 @@ class StepRaised:
 Event = Begin | StepSucceeded | StepRaised | Tick
 
 # -- effects --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ArmTimer:
-    """Feed :class:`Tick` at ``at`` (the shell's one timer): the graph's deadline."""
-
-    at: float
 
 
 @dataclass(frozen=True, slots=True)

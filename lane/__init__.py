@@ -22,7 +22,6 @@ together in :mod:`~lane.service`.
 
 from lane.core import LaneCore
 from lane.events import (
-    ArmTimer,
     Arrive,
     Cancel,
     Dispatch,
@@ -41,7 +40,6 @@ from lane.records import LaneConfig, LaneCounters
 from lane.slices import member_index, slice_permits, slice_runners
 
 __all__ = [
-    "ArmTimer",
     "Arrive",
     "Cancel",
     "Dispatch",

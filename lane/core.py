@@ -25,11 +25,10 @@ from __future__ import annotations
 import heapq
 import random
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from lane.budget import RetryBudget
 from lane.estimate import ServiceTime, retry_after
 from lane.events import (
-    ArmTimer,
     Arrive,
     Cancel,
     Dispatch,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from protocol import Priority
 
 
@@ -149,13 +149,6 @@ class Fail:
     request_id: str
     error: str
     attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class ArmTimer:
-    """(Re)arm the shell's single timer: send ``Tick`` at ``at``. Replaces any earlier one."""
-
-    at: float
 
 
 Effect = Dispatch | Reject | Fail | ArmTimer

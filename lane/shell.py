@@ -18,10 +18,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.shell import Shell, Tick
+from core.shell import ArmTimer, Shell, Tick
 from lane.core import LaneCore
 from lane.events import (
-    ArmTimer,
     Arrive,
     Cancel,
     Dispatch,

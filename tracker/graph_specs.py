@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tracker.graph_expressions import BadExpression, Expression, compile_expression
-from tracker.input_checks import FieldError
+from tracker.input_checks import FieldError, FieldErrors
 
 MAX_STEPS = 32
 #: A step's own ``timeout``, in seconds, is at most this (the graph's deadline bounds it too).
@@ -78,19 +78,8 @@ class GraphSpec:
         return next(step for step in self.steps if step.id == step_id)
 
 
-class RefusedGraph(Exception):
-    """The graph cannot be registered (or run); ``errors`` names each field at fault."""
-
-    def __init__(self, errors: list[FieldError]) -> None:
-        super().__init__(errors)
-        self.errors = errors
-
-    @property
-    def detail(self) -> str:
-        return "; ".join(f"{e.field}: {e.message}" for e in self.errors)
-
-    def __str__(self) -> str:
-        return self.detail
+class RefusedGraph(FieldErrors):
+    """The graph cannot be registered (or run)."""
 
 
 def parse_spec(raw: Any) -> tuple[GraphSpec, list[FieldError]]:

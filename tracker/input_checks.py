@@ -46,8 +46,8 @@ class FieldError(NamedTuple):
     message: str
 
 
-class RefusedInput(Exception):
-    """The input cannot be kept or run; ``errors`` names each field at fault."""
+class FieldErrors(Exception):
+    """Something refused; ``errors`` names each field at fault."""
 
     def __init__(self, errors: list[FieldError]) -> None:
         super().__init__(errors)
@@ -60,6 +60,10 @@ class RefusedInput(Exception):
 
     def __str__(self) -> str:
         return self.detail
+
+
+class RefusedInput(FieldErrors):
+    """The input cannot be kept or run."""
 
 
 def canonical_input(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 
 
 class RejectCode(enum.StrEnum):
@@ -207,13 +207,6 @@ class AdminDone:
     op_id: str
     model: str
     error: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ArmTimer:
-    """(Re)arm the host's single timer: send ``Tick`` at ``at``. Replaces any earlier one."""
-
-    at: float
 
 
 Effect = StartLoad | StartUnload | Grant | Refuse | AdminDone | ArmTimer

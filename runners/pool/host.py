@@ -24,14 +24,13 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core.shell import Shell, Tick
+from core.shell import ArmTimer, Shell, Tick
 from runners.pool.backends import Backend
 from runners.pool.core import PoolCore
 from runners.pool.events import (
     AdminDone,
     AdminLoad,
     AdminUnload,
-    ArmTimer,
     Cancel,
     Effect,
     Event,

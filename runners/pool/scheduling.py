@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import enum
 
+from core.shell import ArmTimer
 from runners.pool.config import QueueMode
-from runners.pool.events import ArmTimer, Effect, RejectCode
+from runners.pool.events import Effect, RejectCode
 from runners.pool.moves import Moves
 from runners.pool.queue import Waiter
 from runners.pool.slots import Slot, SlotState

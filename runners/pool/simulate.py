@@ -27,11 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from runners.pool.config import FixedProbe, ModelSpec, Policy, PoolConfig, QueueMode
 from runners.pool.core import PoolCore
 from runners.pool.events import (
-    ArmTimer,
     Effect,
     Event,
     Grant,

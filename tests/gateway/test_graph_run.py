@@ -15,12 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from gateway.errors import DeadlineExceeded, InvalidArgument
 from gateway.graph import GraphPlan, StepFailed, plan_graph, run_graph
 from gateway.graph_run import (
     Answer,
-    ArmTimer,
     Begin,
     GraphRun,
     RunStep,

@@ -11,9 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from lane import (
-    ArmTimer,
     Arrive,
     Cancel,
     Dispatch,

@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.shell import Tick
+from core.shell import ArmTimer, Tick
 from runners.pool import (
     AdminDone,
     AdminLoad,
     AdminUnload,
-    ArmTimer,
     Cancel,
     Effect,
     Event,
