@@ -8,6 +8,10 @@ BYTES, an integer INT64, a number FP64, a boolean BOOL, each of shape ``[1]``; a
 those is shape ``[-1]``; anything else is a BYTES tensor holding JSON. A block is ready while
 a deployment runs its version. A block the account may not use is described exactly as one
 that does not exist: not at all.
+
+A named graph (``gph-…``) is a model too: its input is the task's JSON (a BYTES tensor per
+field, as the tensors map them), its answer one tensor ``output`` (or one per key of an object
+answer); it is described with no fixed inputs, one ``output``, and ready while it exists.
 """
 
 from __future__ import annotations
@@ -15,14 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy.ext.asyncio import AsyncEngine
-
 from gateway.oip_tensors import OUTPUT
-from tracker import blocks, catalog
+from tracker import named_graphs
+from tracker.block_versions import find_block_version
 from tracker.catalog import AccountInfo, VersionInfo
-from tracker.catalog_cache import TTLCache
+from tracker.catalog_cache import Catalog, TTLCache
+from tracker.named_graphs import GRAPH_ID
 
 PLATFORM = "cog"
+GRAPH_PLATFORM = "conduit-graph"
 _TYPES = {"string": "BYTES", "integer": "INT64", "number": "FP64", "boolean": "BOOL"}
 _REF = "#/components/schemas/"
 
@@ -60,28 +65,25 @@ class NoModels:
 
 
 class BlockDirectory:
-    """Blocks read from the catalog, each answer remembered ``ttl`` seconds per account."""
+    """Blocks (and named graphs) as the catalog has them, each answer remembered ``ttl``
+    seconds per account."""
 
-    def __init__(self, engine: AsyncEngine, ttl: float = 5.0) -> None:
-        self.engine = engine
+    def __init__(self, catalog: Catalog, ttl: float = 5.0) -> None:
+        self.catalog = catalog
         self._cache: TTLCache[tuple[int, str], ModelDescription | None] = TTLCache(ttl)
 
     async def model(self, account: AccountInfo, name: str) -> ModelDescription | None:
         return await self._cache.get((account.id, name), lambda: self._read(account, name))
 
     async def _read(self, account: AccountInfo, name: str) -> ModelDescription | None:
-        block = await blocks.resolve(self.engine, account, name)
-        if block is None:
-            return None
-        version_id = block.version_id
-        if block.deployment is not None:
-            owner, _, short = block.deployment.partition("/")
-            deployment = await catalog.get_deployment(self.engine, owner, short)
-            version_id = deployment.version_id if deployment is not None else None
-        version = await catalog.get_version(self.engine, version_id) if version_id else None
-        if version is None:
-            return None
-        return describe(block.id, version)
+        if GRAPH_ID.fullmatch(name):
+            graph = await named_graphs.get(self.catalog.engine, account.id, name)
+            if graph is None:
+                return None
+            output = (TensorSpec(OUTPUT, "BYTES", (1,)),)
+            return ModelDescription(name, ("1",), GRAPH_PLATFORM, (), output, True)
+        found = await find_block_version(self.catalog, account, name)
+        return describe(found.block.id, found.version) if found is not None else None
 
 
 def describe(name: str, version: VersionInfo) -> ModelDescription:

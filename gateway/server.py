@@ -188,7 +188,7 @@ async def serve(
             executor,
             token_auth(resources.engine, settings),
             sessions=sessions,
-            directory=BlockDirectory(resources.engine, settings.cache_ttl),
+            directory=BlockDirectory(resources.catalog, settings.cache_ttl),
         )
         log.info("gateway serving on %s:%d", settings.host, gateway.port)
         stopping = asyncio.Event()

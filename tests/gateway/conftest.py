@@ -25,6 +25,7 @@ from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live, live_fixture
 from tests.fixtures.processes import Launcher
 from tracker.catalog import AccountInfo
+from tracker.catalog_cache import Catalog
 
 PROTO = Path(__file__).resolve().parents[2] / "gateway" / "proto" / "inference.proto"
 #: Files up to this size are sent back as the answer's files; larger ones only counted.
@@ -82,7 +83,7 @@ async def gateway(engine: AsyncEngine) -> AsyncIterator[Gateway]:
         EchoExecutor(),
         token_auth(engine, settings),
         free_port(),
-        directory=BlockDirectory(engine, ttl=0.0),
+        directory=BlockDirectory(Catalog(engine, 0.0), ttl=0.0),
     )
     yield served
     await served.stop(None)

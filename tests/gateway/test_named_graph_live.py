@@ -13,10 +13,13 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.proto.grpc_service_pb2 import ModelInferRequest, ModelReadyRequest
+from gateway.proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live
+from tests.gateway.test_oip import auth, outputs_of, tensor
 from tracker import blocks as block_store
 
 
@@ -99,3 +102,28 @@ async def statuses(live: Live, token: str) -> list[str]:
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=live.api_url, headers=headers) as client:
         return [p["status"] for p in (await client.get("/v1/predictions")).json()["results"]]
+
+
+async def test_a_named_graph_is_an_open_inference_protocol_model(
+    live: Live, admin: Admin, token: str
+) -> None:
+    blocks = [admin.create_block(live.deployment) for _ in range(3)]
+    graph_id = register(live, token, spec(*blocks))
+    request = ModelInferRequest(
+        model_name=graph_id,
+        inputs=[
+            tensor("text", "BYTES", [1], bytes_contents=[b"oip"]),
+            tensor("go", "BOOL", [1], bool_contents=[False]),
+        ],
+    )
+    async with grpc.aio.insecure_channel(live.address) as channel:
+        oip = GRPCInferenceServiceStub(channel)
+        ready = await oip.ModelReady(ModelReadyRequest(name=graph_id), metadata=auth(token))
+        answer = await oip.ModelInfer(request, metadata=auth(token))
+    assert ready.ready
+    datatype, _, (text,) = outputs_of(answer)["output"]
+    assert datatype == "BYTES"
+    assert json.loads(text) == {
+        "a": None,
+        "b": {"got": {"prompt": "fixed", "got": {"prompt": "oip"}}},
+    }
