@@ -43,7 +43,7 @@ class SessionRoutes:
     async def _put(self, account_id: int, session_id: str, field: str, value: Any) -> None:
         key = session_keys(account_id, session_id).route
         try:
-            async with self.redis.pipeline(transaction=True) as pipe:
+            async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.hset(key, field, orjson.dumps(value))
                 # The hash lives as long as its newest entry.
                 pipe.expire(key, self.ttl)
