@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.admin import Admin
-from tests.fixtures.gateway_stack import Live, serving
+from tests.fixtures.gateway_stack import INSPECT_ENV, Live, serving
 from tests.fixtures.inspect_model import GRAPH_BLOCKS
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import until
@@ -194,3 +194,50 @@ async def test_a_director_killed_mid_graph_costs_a_retry_of_its_step(
         (chain[2], "succeeded"),
     ]
     assert made[1]["attempt"] >= 2  # the killed director's step ran again
+
+
+async def test_a_runner_killed_mid_graph_costs_a_retry_of_its_step(
+    live: Live,
+    launcher: Launcher,
+    admin: Admin,
+    redis_url: str,
+    token: str,
+    engine: AsyncEngine,
+) -> None:
+    """SIGKILL the runner while the middle step runs, and start it again on its port: the
+    director runs the step again; every step ends once."""
+    runner, runner_url = launcher.runner("inspect", concurrency=2, env=INSPECT_ENV)
+    name = f"gwr{uuid.uuid4().hex[:6]}/inspect"
+    admin.create_model(name, runner_url)
+    admin.create_deployment(name, name, shards=1, visibility="public", max_attempts=2)
+    chain = [admin.create_block(name) for _ in range(3)]
+    director = launcher.director(name, runner_url, concurrency=2)
+    try:
+        await until(lambda: serving(redis_url, name), "the director advertising its runner")
+        graph = {chain[0]: [chain[1]], chain[1]: [chain[2]], chain[2]: []}
+        async with grpc.aio.insecure_channel(live.address) as channel:
+            call = BlockInferenceServiceStub(channel).infer(
+                graph_task(graph, {"slow_depth": 1, "slow_seconds": 4}, head=chain[0]),
+                metadata=auth(token),
+                timeout=120,
+            )
+
+            async def middle_running() -> bool:
+                made = await steps(live, token, engine)
+                return len(made) == 2 and made[1]["status"] == "processing"
+
+            await until(middle_running, "the middle step running", timeout=60)
+            runner.restart()
+            answer = await call
+    finally:
+        director.stop()
+        runner.stop()
+    carried = {"slow_depth": 1, "slow_seconds": 4}
+    assert json.loads(answer.data) == {"got": {"got": {"got": carried}}}
+    made = await steps(live, token, engine)
+    assert [(s["graph"]["step"], s["status"]) for s in made] == [
+        (chain[0], "succeeded"),
+        (chain[1], "succeeded"),
+        (chain[2], "succeeded"),
+    ]
+    assert made[1]["attempt"] >= 2  # the step the killed runner held ran again
