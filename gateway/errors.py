@@ -9,7 +9,8 @@ expect is ``INTERNAL`` and logged, and an outage of Postgres or Redis is ``UNAVA
 INVALID_ARGUMENT    bad JSON, an input the block's schema refuses, a bad graph
 UNAUTHENTICATED     no bearer token, or one that names no account
 NOT_FOUND           an unknown block, or one the account may not use (the same answer)
-RESOURCE_EXHAUSTED  a message over the limit, a file over the store's, the waiters full
+RESOURCE_EXHAUSTED  a message over the limit, a file over the store's, the waiters full, a
+                    task over quota (``retry-after`` in the trailing metadata)
 UNAVAILABLE         no runner serves the block; the database, Redis or file store away
 DEADLINE_EXCEEDED   the call's deadline (or the default) passed; the prediction is canceled
 CANCELLED           the client canceled (the prediction is canceled too), or someone did
@@ -31,13 +32,20 @@ log = logging.getLogger(__name__)
 
 
 class GatewayError(Exception):
-    """An answer other than OK; ``field`` (when given) is named first in the message."""
+    """An answer other than OK; ``field`` (when given) is named first in the message;
+    ``trailing`` is metadata sent with the status (``retry-after`` of a refusal over quota)."""
 
     code = grpc.StatusCode.INTERNAL
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        field: str | None = None,
+        trailing: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self.field = field
         self.message = f"{field}: {message}" if field else message
+        self.trailing = trailing
         super().__init__(self.message)
 
 

@@ -1,10 +1,11 @@
 """The gateway's gRPC server: ``BlockInferenceService.infer`` and ``grpc.health.v1``.
 
 ``infer`` authenticates the call (:mod:`gateway.auth`), parses its packet into a task
-(:mod:`gateway.task`), runs it on the :class:`gateway.executor.Executor` within the call's
-deadline (or ``default_deadline``), and answers an ``AIOSPacket`` carrying the task's
-``session_id``/``seq_no``, the result as JSON and the graph (``output_ptr``) echoed. Every
-failure ends the call with the status :func:`gateway.errors.status_of` gives it.
+(:mod:`gateway.task`), checks its quota (:mod:`gateway.quota`), runs it on the
+:class:`gateway.executor.Executor` within the call's deadline (or ``default_deadline``), and
+answers an ``AIOSPacket`` carrying the task's ``session_id``/``seq_no``, the result as JSON and
+the graph (``output_ptr``) echoed. Every failure ends the call with the status
+:func:`gateway.errors.status_of` gives it (and its trailing metadata, if any).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gateway.execution import BlockExecutor
 from gateway.executor import Executor, TaskResult
 from gateway.oip_directory import BlockDirectory, ModelDirectory, NoModels
 from gateway.proto.inference_pb2 import DESCRIPTOR, AIOSPacket, BlockInferencePacket, FileInfo
+from gateway.quota import Quota
 from gateway.resources import GatewayResources, open_resources
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
@@ -51,12 +53,15 @@ class InferenceService:
         executor: Executor,
         settings: GatewaySettings,
         sessions: Sessions | None = None,
+        quota: Quota | None = None,
     ) -> None:
         self.auth = auth
         self.executor = executor
         self.settings = settings
         #: Replay and order by ``(session_id, seq_no)``; None: every task simply runs.
         self.sessions = sessions
+        #: Checked before a task is resolved or run; None: no quota.
+        self.quota = quota
 
     async def infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
         try:
@@ -65,11 +70,15 @@ class InferenceService:
             raise
         except Exception as error:
             code, message = status_of(error)
+            if trailing := getattr(error, "trailing", ()):
+                context.set_trailing_metadata(trailing)
         await context.abort(code, message)
 
     async def _infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
         account = await self.auth.account(context.invocation_metadata())
         task = parse_packet(packet)
+        if self.quota is not None:
+            await self.quota.check(account.id, task.session_id, task.block_id)
         remaining = context.time_remaining()
         if remaining is None or remaining > _NO_DEADLINE:
             remaining = self.settings.default_deadline
@@ -139,6 +148,7 @@ async def start(
     port: int | None = None,
     sessions: Sessions | None = None,
     directory: ModelDirectory | None = None,
+    quota: Quota | None = None,
 ) -> Gateway:
     """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
     by ``directory``: none without one) and health."""
@@ -149,7 +159,9 @@ async def start(
             ("grpc.max_send_message_length", limit),
         ]
     )
-    server.add_generic_rpc_handlers([handler(InferenceService(auth, executor, settings, sessions))])
+    server.add_generic_rpc_handlers(
+        [handler(InferenceService(auth, executor, settings, sessions, quota))]
+    )
     server.add_generic_rpc_handlers(
         [oip.handler(oip.OpenInferenceService(auth, executor, settings, directory or NoModels()))]
     )
@@ -189,6 +201,7 @@ async def serve(
             token_auth(resources.engine, settings),
             sessions=sessions,
             directory=BlockDirectory(resources.catalog, settings.cache_ttl),
+            quota=Quota.configured(resources.redis, settings),
         )
         log.info("gateway serving on %s:%d", settings.host, gateway.port)
         stopping = asyncio.Event()

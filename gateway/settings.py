@@ -70,3 +70,17 @@ class GatewaySettings(BaseSettings):
     graph_max_fanout: int = Field(32, ge=1)
     #: Steps of one graph run at once, at most.
     graph_max_inflight: int = Field(8, ge=1)
+    #: The quota (``gateway.quota``), each limit unset by default: none set, no quota and no
+    #: Redis call. Requests per second of the whole gateway (every replica together), of an
+    #: account, of a session (``session_id``), of a block (``block_id``); and requests of a
+    #: session, of a block, over ``quota_window`` seconds.
+    quota_requests_per_second_total: int | None = Field(None, ge=1)
+    quota_requests_per_second_per_account: int | None = Field(None, ge=1)
+    quota_requests_per_second_per_session: int | None = Field(None, ge=1)
+    quota_requests_per_second_per_block_id: int | None = Field(None, ge=1)
+    quota_requests_per_session_id: int | None = Field(None, ge=1)
+    quota_requests_per_block_id: int | None = Field(None, ge=1)
+    quota_window: float = Field(86400.0, gt=0)
+    #: Count and report tasks over quota (log, ``conduit_gateway_quota_refusals_total``)
+    #: without refusing them: to see what a quota would do before enforcing it.
+    quota_shadow: bool = False

@@ -1,0 +1,353 @@
+"""The quota: how many tasks the gateway takes, checked before a task is resolved.
+
+Limits (the names of a cluster's ``quota_management_data``): requests per second of the whole
+gateway, of an account, of a session, of a block; and requests of a session and of a block over
+a window (default 24 h). A task over any of them is refused with ``RESOURCE_EXHAUSTED`` naming
+the limit, its retry delay in the trailing metadata (``retry-after`` in whole seconds,
+``retry-after-ms``), and nothing of it runs.
+
+**Counting.** Each limit is a sliding window kept in Redis as counts per bucket (a tenth of a
+second's window, a sixtieth of a longer one): a task is admitted when the buckets that overlap
+the last window, plus the task, stay within the limit. That count covers the whole window and
+a little more, so no window of the limit's length ever holds more than the limit (the bucket
+granularity errs towards refusing). Every replica counts in the same keys, and the script reads
+Redis's own clock (``TIME``), so the replicas share one count and need no clock of their own.
+
+**Scopes.** The gateway, an account, a session, a block: each has its own hash tag
+(``tracker.keys.quota_*_keys``), so a Redis Cluster spreads them, and the limits of one scope
+are checked and counted together by one script call on one slot. The limits of one task span
+up to four scopes, which one script cannot name in a cluster, so a check is one call per scope,
+narrowest first (session, block, account, gateway), stopping at the first refusal; a scope
+that refuses counts nothing, and the scopes that admitted before it are given their request
+back (a *refund*: the same bucket decremented). This is still exact where it matters:
+
+- No limit is ever exceeded: each scope admits a request only within its own limits,
+  atomically in its slot, whatever the other scopes do.
+- The only error is towards refusing: between a scope's count and its refund (one round trip)
+  it holds one request too many, and a refund lost to a crash or an outage leaves one extra
+  request counted until its bucket leaves the window.
+- Narrowest first means a session flooding past its own limit is refused by its session's
+  scope and never touches the counts of the block, its account or the gateway.
+
+**Where the limits come from.** A *provider*: a callable returning the current
+:class:`QuotaLimits` (or None, no quota), asked on every check, so it must answer from memory
+(the settings, or a registry's latest copy of the cluster's ``quota_management_data``). No
+limit that applies to a task: no Redis call.
+
+**Shadow mode** (``CONDUIT_GATEWAY_QUOTA_SHADOW``): everything is counted as when enforcing, and
+a task that would be refused is logged and counted in ``conduit_gateway_quota_refusals_total``
+(``mode="shadow"``) but runs; it is not counted in the windows, so they hold what enforcing
+would have admitted.
+
+**Redis unreachable**: the quota lets the task through (fails open) and logs once per outage,
+as the api's create rate limit does: running a task needs Redis anyway, which answers for
+itself.
+
+Every call is counted, a replayed ``(session_id, seq_no)`` included: the check comes before
+anything is looked up. A task resolved by search (no ``block_id``) is not under the per-block
+limits, and a graph's are those of its head (``block_id``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+from prometheus_client import Counter
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from gateway.errors import ResourceExhausted
+from gateway.settings import GatewaySettings
+from tracker import keys
+
+log = logging.getLogger(__name__)
+
+SECOND_US = 1_000_000
+#: Buckets of a one-second window, and of a longer one: the granularity of a retry delay.
+RATE_BUCKETS = 10
+TOTAL_BUCKETS = 60
+
+REFUSALS = Counter(
+    "conduit_gateway_quota_refusals_total",
+    "Tasks over quota, by limit; mode shadow: counted but let through.",
+    ["limit", "mode"],
+)
+
+# KEYS: one bucketed window per limit of the scope (hash: bucket index -> requests).
+# ARGV[1]: now in µs ('' for Redis's clock); ARGV[2]: 'check' or 'refund'; then, per key:
+# the limit, the window (µs), the bucket (µs).
+# check: when every limit has room, counts one request in each and returns {1, now}; else
+# counts nothing and returns {0, i, µs until the i-th key's limit has room} for the limit
+# whose room comes last. refund: takes back one request counted at ARGV[1] ({1, now}).
+_WINDOWS = """
+local now = tonumber(ARGV[1])
+if not now then
+  local clock = redis.call('TIME')
+  now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+end
+local stamp = string.format('%.0f', now)
+local function spec(i)
+  return tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
+end
+if ARGV[2] == 'refund' then
+  for i = 1, #KEYS do
+    local _, _, bucket = spec(i)
+    local field = string.format('%.0f', math.floor(now / bucket))
+    if tonumber(redis.call('HGET', KEYS[i], field) or '0') > 0 then
+      redis.call('HINCRBY', KEYS[i], field, -1)
+    end
+  end
+  return {1, stamp}
+end
+local worst, worst_wait = 0, -1
+for i = 1, #KEYS do
+  local limit, window, bucket = spec(i)
+  local oldest = math.floor((now - window) / bucket)
+  local flat = redis.call('HGETALL', KEYS[i])
+  local counts, order, held = {}, {}, 0
+  for j = 1, #flat, 2 do
+    local b = tonumber(flat[j])
+    if b < oldest then
+      redis.call('HDEL', KEYS[i], flat[j])
+    else
+      local c = tonumber(flat[j + 1])
+      counts[b] = c
+      order[#order + 1] = b
+      held = held + c
+    end
+  end
+  if held + 1 > limit then
+    table.sort(order)
+    local freed, wait = 0, window
+    for _, b in ipairs(order) do
+      freed = freed + counts[b]
+      if held - freed + 1 <= limit then
+        wait = (b + 1) * bucket + window - now
+        break
+      end
+    end
+    if wait > worst_wait then worst, worst_wait = i, wait end
+  end
+end
+if worst > 0 then return {0, worst, string.format('%.0f', math.ceil(worst_wait))} end
+for i = 1, #KEYS do
+  local _, window, bucket = spec(i)
+  local current = math.floor(now / bucket)
+  redis.call('HINCRBY', KEYS[i], string.format('%.0f', current), 1)
+  redis.call('PEXPIRE', KEYS[i], math.ceil(((current + 1) * bucket + window - now) / 1000) + 1)
+end
+return {1, stamp}
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimits:
+    """A cluster's quota: each limit None (none) or at least 1. ``window`` (seconds) is what
+    ``requests_per_session_id`` and ``requests_per_block_id`` count over."""
+
+    requests_per_second_total: int | None = None
+    requests_per_second_per_account: int | None = None
+    requests_per_second_per_session: int | None = None
+    requests_per_second_per_block_id: int | None = None
+    requests_per_session_id: int | None = None
+    requests_per_block_id: int | None = None
+    window: float = 86400.0
+
+    def __post_init__(self) -> None:
+        for name in LIMIT_NAMES:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or value < 1):
+                raise ValueError(f"{name}: must be at least 1, not {value!r}")
+        if not self.window > 0:
+            raise ValueError(f"window: must be positive, not {self.window!r}")
+
+    @property
+    def empty(self) -> bool:
+        return all(getattr(self, name) is None for name in LIMIT_NAMES)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], window: float = 86400.0) -> QuotaLimits:
+        """The limits of a ``quota_management_data`` object (other keys are ignored; a limit
+        that is not a positive integer is a :class:`ValueError` naming it)."""
+        values: dict[str, int] = {}
+        for name in LIMIT_NAMES:
+            value = data.get(name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+                raise ValueError(f"{name}: must be an integer, not {value!r}")
+            values[name] = int(value)
+        return cls(**values, window=float(data.get("window", window)))
+
+    @classmethod
+    def from_settings(cls, settings: GatewaySettings) -> QuotaLimits:
+        return cls(
+            **{name: getattr(settings, f"quota_{name}") for name in LIMIT_NAMES},
+            window=settings.quota_window,
+        )
+
+
+LIMIT_NAMES = tuple(f.name for f in fields(QuotaLimits) if f.name != "window")
+
+#: What a quota asks for its limits on every check: from memory, never I/O.
+LimitsProvider = Callable[[], QuotaLimits | None]
+
+
+class Window(NamedTuple):
+    """One limit as the script takes it."""
+
+    name: str
+    key: str
+    limit: int
+    window_us: int
+    bucket_us: int
+
+    @classmethod
+    def of(cls, name: str, key: str, limit: int, seconds: float) -> Window:
+        window_us = max(1, round(seconds * SECOND_US))
+        buckets = RATE_BUCKETS if seconds <= 1 else TOTAL_BUCKETS
+        return cls(name, key, limit, window_us, max(1, window_us // buckets))
+
+
+def scopes(
+    limits: QuotaLimits, account_id: int, session_id: str, block_id: str
+) -> list[list[Window]]:
+    """The limits that apply to one task, grouped by scope (one hash tag each), narrowest
+    first; scopes with no limit are left out."""
+    window = limits.window
+    found: list[list[Window]] = []
+
+    def scope(*windows: tuple[str, str, int | None, float]) -> None:
+        chosen = [Window.of(n, k, lim, s) for n, k, lim, s in windows if lim is not None]
+        if chosen:
+            found.append(chosen)
+
+    if session_id:
+        s = keys.quota_session_keys(account_id, session_id)
+        scope(
+            ("requests_per_second_per_session", s.rate, limits.requests_per_second_per_session, 1),
+            ("requests_per_session_id", s.total, limits.requests_per_session_id, window),
+        )
+    if block_id:
+        b = keys.quota_block_keys(block_id)
+        per_block = limits.requests_per_second_per_block_id
+        scope(
+            ("requests_per_second_per_block_id", b.rate, per_block, 1),
+            ("requests_per_block_id", b.total, limits.requests_per_block_id, window),
+        )
+    a = keys.quota_account_keys(account_id)
+    scope(("requests_per_second_per_account", a.rate, limits.requests_per_second_per_account, 1))
+    t = keys.quota_total_keys()
+    scope(("requests_per_second_total", t.rate, limits.requests_per_second_total, 1))
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A task over quota: the limit it is over (``Window``) and the seconds until it fits."""
+
+    window: Window
+    retry_after: float
+
+    def error(self) -> ResourceExhausted:
+        w = self.window
+        per = f"{w.window_us / SECOND_US:g} s"
+        return ResourceExhausted(
+            f"over quota: {w.name} allows {w.limit} requests per {per}; retry after "
+            f"{self.retry_after:.3f} s",
+            trailing=(
+                ("retry-after", str(max(1, math.ceil(self.retry_after)))),
+                ("retry-after-ms", str(max(1, math.ceil(self.retry_after * 1000)))),
+            ),
+        )
+
+
+class Quota:
+    """The quota of a gateway, counted in ``redis`` (shared by every replica)."""
+
+    def __init__(
+        self,
+        redis: Redis,
+        limits: LimitsProvider,
+        shadow: bool = False,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        """``clock``: µs to count at instead of Redis's clock (tests of the arithmetic)."""
+        self.limits = limits
+        self.shadow = shadow
+        self.clock = clock
+        self._script = redis.register_script(_WINDOWS)
+        self._failing = False
+
+    @classmethod
+    def configured(cls, redis: Redis, settings: GatewaySettings) -> Quota | None:
+        """The quota the settings ask for, or None when they set no limit."""
+        limits = QuotaLimits.from_settings(settings)
+        if limits.empty:
+            return None
+        return cls(redis, lambda: limits, settings.quota_shadow)
+
+    async def check(self, account_id: int, session_id: str, block_id: str) -> None:
+        """Count one task; :class:`ResourceExhausted` when it is over quota (in shadow mode,
+        reported and let through)."""
+        refusal = await self.admit(account_id, session_id, block_id)
+        if refusal is None:
+            return
+        mode = "shadow" if self.shadow else "enforced"
+        REFUSALS.labels(refusal.window.name, mode).inc()
+        if self.shadow:
+            log.info(
+                "over quota (shadow mode: let through): %s, account %d",
+                refusal.window.name,
+                account_id,
+            )
+            return
+        raise refusal.error()
+
+    async def admit(self, account_id: int, session_id: str, block_id: str) -> Refusal | None:
+        """Count one task in every scope that limits it: None when all admit it, else the
+        refusal (and the scopes that admitted it given their count back)."""
+        limits = self.limits()
+        if limits is None or limits.empty:
+            return None
+        admitted: list[tuple[list[Window], str]] = []
+        try:
+            for scope in scopes(limits, account_id, session_id, block_id):
+                reply = await self._call(scope, "check")
+                if int(reply[0]):
+                    admitted.append((scope, _text(reply[1])))
+                    continue
+                refusal = Refusal(scope[int(reply[1]) - 1], int(reply[2]) / SECOND_US)
+                await self._refund(admitted)
+                return refusal
+        except (RedisError, OSError) as error:
+            if not self._failing:
+                log.warning("quota not applied (Redis unavailable): %r", error)
+            self._failing = True
+            return None
+        if self._failing:
+            log.info("quota applied again")
+            self._failing = False
+        return None
+
+    async def _call(self, scope: list[Window], mode: str, at: str | None = None) -> Any:
+        now = at if at is not None else (str(self.clock()) if self.clock else "")
+        args: list[str | int] = [now, mode]
+        for w in scope:
+            args += [w.limit, w.window_us, w.bucket_us]
+        return await self._script(keys=[w.key for w in scope], args=args)
+
+    async def _refund(self, admitted: list[tuple[list[Window], str]]) -> None:
+        for scope, at in admitted:
+            try:
+                await self._call(scope, "refund", at)
+            except (RedisError, OSError) as error:  # counted until its bucket leaves the window
+                log.warning("quota refund lost (Redis unavailable): %r", error)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
