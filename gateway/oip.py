@@ -61,6 +61,7 @@ from gateway.proto.grpc_service_pb2 import (
     ServerReadyRequest,
     ServerReadyResponse,
 )
+from gateway.quota import Quota
 from gateway.settings import GatewaySettings
 from gateway.task import Task
 from tracker.catalog import AccountInfo
@@ -204,11 +205,14 @@ class OpenInferenceService:
         executor: Executor,
         settings: GatewaySettings,
         directory: ModelDirectory,
+        quota: Quota | None = None,
     ) -> None:
         self.auth = auth
         self.executor = executor
         self.settings = settings
         self.directory = directory
+        #: The same quota as ``infer``'s: every task counts once, whichever face it came by.
+        self.quota = quota
         self.version = _server_version()
 
     # Server ---------------------------------------------------------------------------------
@@ -267,12 +271,16 @@ class OpenInferenceService:
             raise
         except Exception as error:
             code, message = status_of(error)
+            if trailing := getattr(error, "trailing", ()):
+                context.set_trailing_metadata(trailing)
         await context.abort(code, message)
 
     async def _infer(self, request: ModelInferRequest, context: Context) -> ModelInferResponse:
         account = await self.auth.account(context.invocation_metadata())
         sequence = sequence_of(request)
         task = task_of(request, sequence.id, sequence.seq_no or 0)
+        if self.quota is not None:
+            await self.quota.check(account.id, task.session_id, task.block_id)
         seconds = remaining(context, self.settings.default_deadline)
         try:
             async with asyncio.timeout(seconds) as scope:
@@ -376,6 +384,9 @@ class _Stream:
         flagged = parameter(request.parameters, ENABLE_FINAL) is True
         seconds = remaining(self.context, self.service.settings.default_deadline)
         deadline = time.monotonic() + seconds
+        quota = self.service.quota
+        if quota is not None:
+            await quota.check(self.account.id, task.session_id, task.block_id)
         items = self.service.executor.stream(self.account, task, deadline)
         try:
             async with asyncio.timeout(seconds) as scope:

@@ -163,7 +163,11 @@ async def start(
         [handler(InferenceService(auth, executor, settings, sessions, quota))]
     )
     server.add_generic_rpc_handlers(
-        [oip.handler(oip.OpenInferenceService(auth, executor, settings, directory or NoModels()))]
+        [
+            oip.handler(
+                oip.OpenInferenceService(auth, executor, settings, directory or NoModels(), quota)
+            )
+        ]
     )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -21,6 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.ports import free_port
 from gateway.executor import TaskResult
+from gateway.proto.grpc_service_pb2 import ModelInferRequest
+from gateway.proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from gateway.quota import SECOND_US, Quota, QuotaLimits, Refusal, Window
@@ -29,6 +31,7 @@ from gateway.settings import GatewaySettings
 from gateway.task import Task
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher
+from tests.gateway.test_oip import tensor as oip_tensor
 from tracker import keys
 from tracker.catalog import AccountInfo
 from tracker.redis_connect import connect
@@ -367,3 +370,26 @@ async def test_two_gateways_share_one_total(launcher: Launcher, admin: Admin, re
     finally:
         for channel in channels:
             await channel.close()
+
+
+async def test_the_open_inference_protocol_counts_against_the_same_quota(
+    serve_with: Any, admin: Admin
+) -> None:
+    """A block's total is one count whichever face a task came by: ``infer`` then
+    ``ModelInfer`` exhaust it together, and the refusal carries retry-after."""
+    token = admin.create_account(f"q{uuid.uuid4().hex[:10]}")
+    _, _, block = ids()
+    address, executor = await serve_with(QuotaLimits(requests_per_block_id=2, window=3600))
+    assert (await infer(address, token, block))[0] == grpc.StatusCode.OK
+    request = ModelInferRequest(
+        model_name=block, inputs=[oip_tensor("x", "INT64", [1], int64_contents=[1])]
+    )
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = GRPCInferenceServiceStub(channel)
+        await stub.ModelInfer(request, metadata=auth(token))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.ModelInfer(request, metadata=auth(token))
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    trailing = {str(k): str(v) for k, v in refused.value.trailing_metadata() or ()}
+    assert int(trailing["retry-after"]) >= 1
+    assert executor.ran == 2
