@@ -38,6 +38,7 @@ from api.routes import (
     health,
     models,
     predictions,
+    registry,
     run,
     streams,
     usage,
@@ -213,6 +214,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(usage.router)
     app.include_router(fleet.router)
     app.include_router(files.router)
+    app.include_router(registry.router)
     app.include_router(blocks.router)
     app.include_router(graphs.router)
     app.include_router(health.router)

@@ -348,3 +348,27 @@ class Graph(Base):
     #: whenever it runs).
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now()
+
+
+class InferenceServer(Base):
+    """An inference server of the registry (:mod:`tracker.registry`): the record's own fields
+    as one JSONB document, which MongoDB-style filters and updates are translated to SQL over
+    (:mod:`tracker.mongo_json`); the id and the times the server keeps in columns."""
+
+    __tablename__ = "inference_servers"
+    __table_args__ = (
+        Index(
+            "ix_inference_servers_doc",
+            "doc",
+            postgresql_using="gin",
+            postgresql_ops={"doc": "jsonb_path_ops"},
+        ),
+        Index("ix_inference_servers_registered", "registered_at", "id"),
+    )
+
+    #: ``inference_server_id``: a uuid4, drawn by the server.
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    #: ``inference_server_name``, ``_metadata``, ``_tags`` and ``_public_url``.
+    doc: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    registered_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
