@@ -23,6 +23,7 @@ INTERNAL            what the gateway did not expect (logged)
 from __future__ import annotations
 
 import logging
+from typing import Any, NoReturn
 
 import grpc
 
@@ -86,6 +87,16 @@ class Aborted(GatewayError):
     message carries the model's error)."""
 
     code = grpc.StatusCode.ABORTED
+
+
+async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> NoReturn:
+    """End the call with the status :func:`status_of` gives ``error`` (and its trailing
+    metadata, such as a quota's ``retry-after``)."""
+    code, message = status_of(error)
+    trailing = getattr(error, "trailing", ())
+    if trailing:
+        context.set_trailing_metadata(trailing)
+    await context.abort(code, message)
 
 
 def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:

@@ -41,7 +41,7 @@ from typing import Any
 import grpc
 
 from gateway.auth import TokenAuth
-from gateway.errors import DeadlineExceeded, InvalidArgument, NotFound, status_of
+from gateway.errors import DeadlineExceeded, InvalidArgument, NotFound, abort_with, status_of
 from gateway.executor import Executor, OutputFile
 from gateway.oip_directory import ModelDescription, ModelDirectory, TensorSpec
 from gateway.oip_tensors import Tensor, decode_inputs, encode_outputs, output_tensors, parameter
@@ -270,10 +270,7 @@ class OpenInferenceService:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            code, message = status_of(error)
-            if trailing := getattr(error, "trailing", ()):
-                context.set_trailing_metadata(trailing)
-        await context.abort(code, message)
+            await abort_with(context, error)
 
     async def _infer(self, request: ModelInferRequest, context: Context) -> ModelInferResponse:
         account = await self.auth.account(context.invocation_metadata())

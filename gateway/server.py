@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway import oip
 from gateway.auth import TokenAuth
-from gateway.errors import DeadlineExceeded, status_of
+from gateway.errors import DeadlineExceeded, abort_with
 from gateway.execution import BlockExecutor
 from gateway.executor import Executor, TaskResult
 from gateway.oip_directory import BlockDirectory, ModelDirectory, NoModels
@@ -69,10 +69,7 @@ class InferenceService:
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            code, message = status_of(error)
-            if trailing := getattr(error, "trailing", ()):
-                context.set_trailing_metadata(trailing)
-        await context.abort(code, message)
+            await abort_with(context, error)
 
     async def _infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
         account = await self.auth.account(context.invocation_metadata())
