@@ -56,7 +56,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
-from prometheus_client import Counter
+from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -71,11 +71,6 @@ SECOND_US = 1_000_000
 RATE_BUCKETS = 10
 TOTAL_BUCKETS = 60
 
-REFUSALS = Counter(
-    "conduit_gateway_quota_refusals_total",
-    "Tasks over quota, by limit; mode shadow: counted but let through.",
-    ["limit", "mode"],
-)
 
 # KEYS: one bucketed window per limit of the scope (hash: bucket index -> requests).
 # ARGV[1]: now in µs ('' for Redis's clock); ARGV[2]: 'check' or 'refund'; then, per key:
@@ -275,8 +270,17 @@ class Quota:
         limits: LimitsProvider,
         shadow: bool = False,
         clock: Callable[[], int] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
-        """``clock``: µs to count at instead of Redis's clock (tests of the arithmetic)."""
+        """``clock``: µs to count at instead of Redis's clock (tests of the arithmetic);
+        ``registry``: where the quota's metrics are kept (default: a registry of its own)."""
+        self.registry = registry or CollectorRegistry()
+        self.refusals = Counter(
+            "conduit_gateway_quota_refusals_total",
+            "Tasks over quota, by limit; mode shadow: counted but let through.",
+            ["limit", "mode"],
+            registry=self.registry,
+        )
         self.limits = limits
         self.shadow = shadow
         self.clock = clock
@@ -298,7 +302,7 @@ class Quota:
         if refusal is None:
             return
         mode = "shadow" if self.shadow else "enforced"
-        REFUSALS.labels(refusal.window.name, mode).inc()
+        self.refusals.labels(refusal.window.name, mode).inc()
         if self.shadow:
             log.info(
                 "over quota (shadow mode: let through): %s, account %d",
