@@ -15,7 +15,7 @@ from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
-from tests.fixtures.gateway_stack import Live
+from tests.fixtures.gateway_stack import Live, serving
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import until
 
@@ -75,7 +75,9 @@ async def _listed(api_url: str, token: str) -> list[str] | None:
 
 
 async def test_without_the_lane_a_synchronous_block_takes_the_durable_path(
-    stack: Stack, live: Live, synchronous_block: str, token: str
+    stack: Stack, live: Live, synchronous_block: str, token: str, redis_url: str
 ) -> None:
+    # Tests before may have restarted or drained the session's echo runner.
+    await until(lambda: serving(redis_url, ECHO), "the echo runner ready in the fleet")
     assert await _run(live.address, synchronous_block, token, "slow") == ["slow-0"]
     assert await _sources(stack.api_url, token) == ["gateway"]

@@ -15,12 +15,16 @@ from gateway.proto.grpc_service_pb2 import ModelInferRequest, ModelReadyRequest
 from gateway.proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
-from tests.fixtures.gateway_stack import Live
+from tests.fixtures.gateway_stack import Live, served
+from tests.fixtures.waiting import wait_for
 from tests.gateway.test_oip import auth, outputs_of, param, tensor
 
 
-@pytest.fixture(scope="module")
-def echo_block(stack: Stack, admin: Admin) -> str:
+@pytest.fixture
+def echo_block(stack: Stack, admin: Admin, redis_url: str) -> str:
+    """A block of the session's echo deployment, once the fleet lists its runner ready again
+    (tests before may have restarted or drained it)."""
+    wait_for(lambda: served(redis_url, ECHO), "the echo runner ready in the fleet")
     return admin.create_block(ECHO)
 
 
