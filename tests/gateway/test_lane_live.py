@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import httpx
@@ -15,7 +16,7 @@ from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
-from tests.fixtures.gateway_stack import Live, serving
+from tests.fixtures.gateway_stack import Live
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import until
 
@@ -34,14 +35,13 @@ def synchronous_block(stack: Stack, admin: Admin) -> str:
     return admin.create_block(ECHO, synchronous=True)
 
 
-async def _run(address: str, block: str, token: str, prompt: str) -> list[str]:
+async def _run(address: str, block: str, token: str, prompt: str) -> Any:
     async with grpc.aio.insecure_channel(address) as channel:
         answer = await BlockInferenceServiceStub(channel).infer(
             BlockInferencePacket(block_id=block, data=json.dumps({"prompt": prompt})),
             metadata=[("authorization", f"Bearer {token}")],
         )
-    output: list[str] = json.loads(answer.data)
-    return output
+    return json.loads(answer.data)
 
 
 async def _sources(api_url: str, token: str) -> list[str]:
@@ -75,9 +75,9 @@ async def _listed(api_url: str, token: str) -> list[str] | None:
 
 
 async def test_without_the_lane_a_synchronous_block_takes_the_durable_path(
-    stack: Stack, live: Live, synchronous_block: str, token: str, redis_url: str
+    stack: Stack, live: Live, admin: Admin, token: str
 ) -> None:
-    # Tests before may have restarted or drained the session's echo runner.
-    await until(lambda: serving(redis_url, ECHO), "the echo runner ready in the fleet")
-    assert await _run(live.address, synchronous_block, token, "slow") == ["slow-0"]
+    block = admin.create_block(live.deployment, synchronous=True)  # the inspect model's
+    answer = await _run(live.address, block, token, "slow")
+    assert answer == {"got": {"prompt": "slow"}}
     assert await _sources(stack.api_url, token) == ["gateway"]

@@ -4,7 +4,8 @@ as it yields them, its sequence a session."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
@@ -13,19 +14,29 @@ import pytest
 
 from gateway.proto.grpc_service_pb2 import ModelInferRequest, ModelReadyRequest
 from gateway.proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
-from tests.conftest import ECHO, Stack
+from tests.conftest import Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live, served
+from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
 from tests.gateway.test_oip import auth, outputs_of, param, tensor
 
 
-@pytest.fixture
-def echo_block(stack: Stack, admin: Admin, redis_url: str) -> str:
-    """A block of the session's echo deployment, once the fleet lists its runner ready again
-    (tests before may have restarted or drained it)."""
-    wait_for(lambda: served(redis_url, ECHO), "the echo runner ready in the fleet")
-    return admin.create_block(ECHO)
+@pytest.fixture(scope="module")
+def echo_block(stack: Stack, launcher: Launcher, admin: Admin, redis_url: str) -> Iterator[str]:
+    """A block of an echo deployment of this module's own (its own runner and director: the
+    session's echo runner is restarted and drained by other tests)."""
+    runner, runner_url = launcher.runner("echo", concurrency=2)
+    name = f"oip{uuid.uuid4().hex[:6]}/echo"
+    admin.create_model(name, runner_url)
+    admin.create_deployment(name, name, shards=1, visibility="public")
+    director = launcher.director(name, runner_url, concurrency=2)
+    try:
+        wait_for(lambda: served(redis_url, name), "the echo runner ready in the fleet")
+        yield admin.create_block(name)
+    finally:
+        director.stop()
+        runner.stop()
 
 
 @pytest.fixture
