@@ -27,7 +27,8 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker.db import autocommit
-from tracker.mongo_json import Change, Column, MongoError, compile_filter, update_select
+from tracker.mongo_json import Column, MongoError, compile_filter
+from tracker.mongo_updates import Change, update_select
 from tracker.render import iso
 
 __all__ = [

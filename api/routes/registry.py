@@ -22,7 +22,8 @@ from api.openapi import operation, problems
 from api.responses import FastJSONResponse
 from tracker import registry
 from tracker.catalog import AccountInfo
-from tracker.mongo_json import MongoError, parse_update
+from tracker.mongo_json import MongoError
+from tracker.mongo_updates import parse_update
 
 router = APIRouter(default_response_class=FastJSONResponse)
 

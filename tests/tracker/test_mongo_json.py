@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tracker.mongo_json import MongoError, compile_filter, parse_update, update_select
+from tracker.mongo_json import MongoError, compile_filter
+from tracker.mongo_updates import parse_update, update_select
 
 ROWS: dict[str, dict[str, Any]] = {
     "east": {
