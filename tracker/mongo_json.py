@@ -7,7 +7,8 @@ refused with :class:`MongoError`, which names where it is (``filter.a.$foo``); n
 ignored.
 
 Filters (:func:`compile_filter`): dotted-path equality, ``$eq``, ``$ne``, ``$in``, ``$nin``,
-``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$and``, ``$or``, ``$nor``. A comparison
+``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$regex`` (with ``$options`` ``i``, ``m``,
+``s``, ``x``: a SQL/JSON ``like_regex``, POSIX regular expressions), ``$and``, ``$or``, ``$nor``. A comparison
 with a scalar is a SQL/JSON path predicate, ``doc @? '$."a"."b" ? (@ == "x")'``: in the lax mode
 a member accessor steps into arrays and a filter tests each element, which is MongoDB's own
 reading (``{"tags": "NLP"}`` matches a list holding "NLP"; ``a.b`` reaches into a list of
@@ -50,7 +51,11 @@ __all__ = [
 ]
 
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
-FILTER_OPERATORS = frozenset({"$eq", "$ne", "$in", "$nin", "$exists", *COMPARISONS})
+FILTER_OPERATORS = frozenset(
+    {"$eq", "$ne", "$in", "$nin", "$exists", "$regex", "$options", *COMPARISONS}
+)
+#: The flags ``$options`` may hold (those ``like_regex`` takes).
+REGEX_FLAGS = frozenset("imsx")
 LOGICAL = frozenset({"$and", "$or", "$nor"})
 UPDATE_OPERATORS = frozenset({"$set", "$unset", "$inc", "$push", "$addToSet", "$pull"})
 _INDEX = re.compile(r"[0-9]+")
@@ -205,8 +210,15 @@ class _Filter:
             return self.equal(segments, condition, location)
         assert isinstance(condition, dict)
         clauses = []
+        if "$options" in condition and "$regex" not in condition:
+            raise MongoError(f"{location}.$options", "$options goes with $regex")
         for operator, value in condition.items():
             where = f"{location}.{operator}"
+            if operator == "$options":
+                continue
+            if operator == "$regex":
+                clauses.append(self.regex(segments, value, condition.get("$options", ""), where))
+                continue
             if operator not in FILTER_OPERATORS:
                 if operator.startswith("$"):
                     raise MongoError(where, f"unknown operator {operator}")
@@ -255,6 +267,21 @@ class _Filter:
         if column is not None:
             return f"({column.sql} {op} {self.parsed(column, value, where)})"
         predicate = f"{_jsonpath(segments)} ? (@ {op} {_literal(value, where)})"
+        return f"({self.doc} @? {self.binds.jsonpath(predicate)})"
+
+    def regex(self, segments: tuple[str, ...], pattern: Any, options: Any, where: str) -> str:
+        if not isinstance(pattern, str):
+            raise MongoError(where, "$regex takes a string")
+        if not isinstance(options, str) or not set(options) <= REGEX_FLAGS:
+            raise MongoError(where.removesuffix("$regex") + "$options", "flags are i, m, s, x")
+        try:
+            re.compile(pattern)
+        except re.error as error:
+            raise MongoError(where, f"not a regular expression ({error})") from None
+        if self.column(segments) is not None:
+            raise MongoError(where, "$regex applies to the document's fields")
+        flags = f" flag {_json(options)}" if options else ""
+        predicate = f"{_jsonpath(segments)} ? (@ like_regex {_json(pattern)}{flags})"
         return f"({self.doc} @? {self.binds.jsonpath(predicate)})"
 
     def equal(self, segments: tuple[str, ...], value: Any, where: str) -> str:

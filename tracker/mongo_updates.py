@@ -72,7 +72,7 @@ def _operand(operator: str, value: Any, location: str) -> Any:
     if operator == "$pull" and _is_condition(value):
         for key, operand in value.items():
             where = f"{location}.{key}"
-            if key not in FILTER_OPERATORS - {"$exists"}:
+            if key not in FILTER_OPERATORS - {"$exists", "$regex", "$options"}:
                 raise MongoError(where, f"unknown operator {key}")
             if key in ("$in", "$nin") and not isinstance(operand, list):
                 raise MongoError(where, f"{key} takes a list")

@@ -3,8 +3,11 @@ for search and discovery, changed with MongoDB update documents and found with M
 
 A record is ``inference_server_id`` (a uuid4 the server draws), ``inference_server_name``,
 ``inference_server_metadata`` (free JSON), ``inference_server_tags`` (a list of strings) and
-``inference_server_public_url``, plus ``registered_at`` and ``updated_at``, which the server
-keeps. The four fields a client writes are one JSONB document (``inference_servers.doc``); the
+``inference_server_public_url``, plus ``registered_at``, ``updated_at``, ``heartbeat_at`` and
+``status``, which the server keeps: a server that heartbeats (:func:`heartbeat`, each beat
+saying how long it stays alive without the next) is ``alive`` until that grace runs out, then
+``dead`` (the record stays, marked, and is no longer routed to); one that never heartbeat is
+``registered``. The four fields a client writes are one JSONB document (``inference_servers.doc``); the
 id and times are columns. Filters and updates are translated to SQL (:mod:`tracker.mongo_json`)
 and evaluated by Postgres: a query never loads rows to test them, and an update is one
 ``UPDATE`` of the locked row whose new document is an expression of the old one.
@@ -13,6 +16,10 @@ An update may not make a record something other than the seed's shape: the name 
 strings, set whole; the tags a list of strings, set whole or changed with ``$push``,
 ``$addToSet`` and ``$pull``; the metadata a document, set whole or changed anywhere inside.
 The server's own fields are never written by an update.
+
+A cluster's gateway (:mod:`gateway.cluster`) also publishes its blocks (``registry_blocks``):
+search (:func:`search_blocks`) filters them and the servers in one statement, and a block id
+finds the live server of the cluster that runs it (:func:`block_owner`).
 """
 
 from __future__ import annotations
@@ -35,7 +42,12 @@ __all__ = [
     "FIELDS",
     "SERVER_FIELDS",
     "InferenceServerRecord",
+    "PublishedBlock",
+    "block_owner",
     "check_changes",
+    "heartbeat",
+    "publish_blocks",
+    "search_blocks",
     "create",
     "delete",
     "get",
@@ -52,7 +64,15 @@ FIELDS: dict[str, type] = {
     "inference_server_public_url": str,
 }
 #: The fields the server keeps.
-SERVER_FIELDS = ("inference_server_id", "registered_at", "updated_at")
+SERVER_FIELDS = ("inference_server_id", "registered_at", "updated_at", "heartbeat_at", "status")
+#: A server's status, as SQL over ``inference_servers`` (aliased ``s``).
+STATUS_SQL = (
+    "(CASE WHEN s.heartbeat_at IS NULL THEN 'registered'"
+    " WHEN s.heartbeat_at + make_interval(secs => s.heartbeat_grace) > now() THEN 'alive'"
+    " ELSE 'dead' END)"
+)
+ALIVE_SQL = "(s.heartbeat_at + make_interval(secs => s.heartbeat_grace) > now())"
+STATUSES = ("registered", "alive", "dead")
 
 
 def _timestamp(value: Any) -> datetime:
@@ -70,11 +90,19 @@ def _server_id(value: Any) -> str:
     return value
 
 
+def _status(value: Any) -> str:
+    if value not in STATUSES:
+        raise ValueError(f"a status is one of {', '.join(STATUSES)}")
+    return str(value)
+
+
 #: Fields filters compare in their own columns.
 COLUMNS = {
-    "inference_server_id": Column("id", _server_id),
-    "registered_at": Column("registered_at", _timestamp),
-    "updated_at": Column("updated_at", _timestamp),
+    "inference_server_id": Column("s.id", _server_id),
+    "registered_at": Column("s.registered_at", _timestamp),
+    "updated_at": Column("s.updated_at", _timestamp),
+    "heartbeat_at": Column("s.heartbeat_at", _timestamp),
+    "status": Column(STATUS_SQL, _status),
 }
 
 
@@ -84,6 +112,19 @@ class InferenceServerRecord:
     doc: dict[str, Any]
     registered_at: datetime
     updated_at: datetime
+    heartbeat_at: datetime | None = None
+    status: str = "registered"
+
+    @property
+    def cluster_id(self) -> str | None:
+        """The cluster whose gateway this is (``inference_server_metadata.cluster_id``)."""
+        metadata = self.doc.get("inference_server_metadata")
+        cluster = metadata.get("cluster_id") if isinstance(metadata, dict) else None
+        return cluster if isinstance(cluster, str) else None
+
+    @property
+    def public_url(self) -> str:
+        return str(self.doc.get("inference_server_public_url") or "")
 
 
 def render(record: InferenceServerRecord) -> dict[str, Any]:
@@ -92,6 +133,8 @@ def render(record: InferenceServerRecord) -> dict[str, Any]:
         **{name: record.doc.get(name) for name in FIELDS},
         "registered_at": iso(record.registered_at),
         "updated_at": iso(record.updated_at),
+        "heartbeat_at": iso(record.heartbeat_at) if record.heartbeat_at else None,
+        "status": record.status,
     }
 
 
@@ -122,17 +165,19 @@ def _check_tags(change: Change, whole: bool) -> None:
         raise MongoError(where, "the tags are a list of strings")
 
 
-_RETURNING = "id, doc, registered_at, updated_at"
+_RETURNING = f"s.id, s.doc, s.registered_at, s.updated_at, s.heartbeat_at, {STATUS_SQL} AS status"
 
 
 def _record(row: Any) -> InferenceServerRecord:
-    return InferenceServerRecord(row.id, row.doc, row.registered_at, row.updated_at)
+    return InferenceServerRecord(
+        row.id, row.doc, row.registered_at, row.updated_at, row.heartbeat_at, row.status
+    )
 
 
 async def create(engine: AsyncEngine, doc: dict[str, Any]) -> InferenceServerRecord:
     """Register a server: ``doc`` holds the four fields a client writes (checked)."""
     statement = text(
-        "INSERT INTO inference_servers (id, doc) VALUES (:id, CAST(:doc AS jsonb))"
+        "INSERT INTO inference_servers AS s (id, doc) VALUES (:id, CAST(:doc AS jsonb))"
         f" RETURNING {_RETURNING}"
     )
     async with autocommit(engine).connect() as conn:
@@ -143,7 +188,7 @@ async def create(engine: AsyncEngine, doc: dict[str, Any]) -> InferenceServerRec
 
 
 async def get(engine: AsyncEngine, server_id: str) -> InferenceServerRecord | None:
-    statement = text(f"SELECT {_RETURNING} FROM inference_servers WHERE id = :id")
+    statement = text(f"SELECT {_RETURNING} FROM inference_servers s WHERE s.id = :id")
     async with autocommit(engine).connect() as conn:
         row = (await conn.execute(statement, {"id": server_id})).first()
     return _record(row) if row is not None else None
@@ -167,11 +212,9 @@ async def update(
     statement = text(
         "WITH cur AS (SELECT id, doc FROM inference_servers WHERE id = :id FOR UPDATE),"
         f" new AS (SELECT cur.id, x.doc, x.failed FROM cur CROSS JOIN LATERAL ({applied.text}) x),"
-        " upd AS (UPDATE inference_servers t SET doc = new.doc, updated_at = now() FROM new"
-        " WHERE t.id = new.id AND new.failed IS NULL"
-        " RETURNING t.id, t.doc, t.registered_at, t.updated_at)"
-        " SELECT new.failed, upd.id, upd.doc, upd.registered_at, upd.updated_at"
-        " FROM new LEFT JOIN upd ON TRUE"
+        " upd AS (UPDATE inference_servers s SET doc = new.doc, updated_at = now() FROM new"
+        f" WHERE s.id = new.id AND new.failed IS NULL RETURNING {_RETURNING})"
+        " SELECT new.failed, upd.* FROM new LEFT JOIN upd ON TRUE"
     )
     async with autocommit(engine).connect() as conn:
         row = (await conn.execute(statement, {**applied.params, "id": server_id})).first()
@@ -188,11 +231,117 @@ async def query(
     engine: AsyncEngine, document: Any, limit: int = 100
 ) -> list[InferenceServerRecord]:
     """The servers a MongoDB filter matches, oldest registration first, at most ``limit``."""
-    condition = compile_filter(document, "doc", COLUMNS)
+    condition = compile_filter(document, "s.doc", COLUMNS)
     statement = text(
-        f"SELECT {_RETURNING} FROM inference_servers WHERE {condition.text}"
-        " ORDER BY registered_at, id LIMIT :limit"
+        f"SELECT {_RETURNING} FROM inference_servers s WHERE {condition.text}"
+        " ORDER BY s.registered_at, s.id LIMIT :limit"
     )
     async with autocommit(engine).connect() as conn:
         rows = (await conn.execute(statement, {**condition.params, "limit": limit})).all()
     return [_record(row) for row in rows]
+
+
+async def heartbeat(
+    engine: AsyncEngine, server_id: str, grace: float
+) -> InferenceServerRecord | None:
+    """The server is alive for ``grace`` seconds from now (0: dead now, as a server that stops
+    says). None: no such server."""
+    statement = text(
+        "UPDATE inference_servers s SET heartbeat_at = now(), heartbeat_grace = :grace"
+        f" WHERE s.id = :id RETURNING {_RETURNING}"
+    )
+    async with autocommit(engine).connect() as conn:
+        row = (await conn.execute(statement, {"id": server_id, "grace": grace})).first()
+    return _record(row) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedBlock:
+    block_id: str
+    metadata: dict[str, Any]
+    public: bool
+
+
+async def publish_blocks(engine: AsyncEngine, server_id: str, blocks: list[PublishedBlock]) -> None:
+    """Make ``blocks`` the server's published blocks, all at once."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            text("DELETE FROM registry_blocks WHERE server_id = :id"), {"id": server_id}
+        )
+        if blocks:
+            await conn.execute(
+                text(
+                    "INSERT INTO registry_blocks (server_id, block_id, metadata, public)"
+                    " VALUES (:id, :block, CAST(:metadata AS jsonb), :public)"
+                ),
+                [
+                    {
+                        "id": server_id,
+                        "block": block.block_id,
+                        "metadata": json.dumps(block.metadata),
+                        "public": block.public,
+                    }
+                    for block in blocks
+                ],
+            )
+
+
+async def block_owner(
+    engine: AsyncEngine, block_id: str, exclude_cluster: str | None = None
+) -> InferenceServerRecord | None:
+    """A live server of the cluster that publishes ``block_id`` as public (the most recent
+    heartbeat first), other than ``exclude_cluster``'s; None: none."""
+    statement = text(
+        f"SELECT {_RETURNING} FROM registry_blocks b JOIN inference_servers s"
+        f" ON s.id = b.server_id WHERE b.block_id = :block AND b.public AND {ALIVE_SQL}"
+        " AND (CAST(:exclude AS text) IS NULL"
+        " OR s.doc #>> '{inference_server_metadata,cluster_id}' IS DISTINCT FROM :exclude)"
+        " ORDER BY s.heartbeat_at DESC LIMIT 1"
+    )
+    async with autocommit(engine).connect() as conn:
+        row = (
+            await conn.execute(statement, {"block": block_id, "exclude": exclude_cluster})
+        ).first()
+    return _record(row) if row is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class FoundBlock:
+    """A block search found: the block and the live server (a cluster's gateway) running it."""
+
+    block_id: str
+    metadata: dict[str, Any]
+    public: bool
+    server: InferenceServerRecord
+
+
+async def count_alive(engine: AsyncEngine, server_filter: Any) -> int:
+    """How many live servers the filter matches."""
+    condition = compile_filter(server_filter, "s.doc", COLUMNS, prefix="c")
+    statement = text(
+        f"SELECT count(*) FROM inference_servers s WHERE {ALIVE_SQL} AND {condition.text}"
+    )
+    async with autocommit(engine).connect() as conn:
+        return int((await conn.execute(statement, condition.params)).scalar_one())
+
+
+async def search_blocks(
+    engine: AsyncEngine, server_filter: Any, block_filter: Any, limit: int = 100
+) -> list[FoundBlock]:
+    """Published blocks that ``block_filter`` matches (over their metadata; ``id`` is the
+    block id) on live servers that ``server_filter`` matches, in one statement; at most
+    ``limit``, each block once (its most recently heard server)."""
+    servers = compile_filter(server_filter, "s.doc", COLUMNS, prefix="c")
+    blocks = compile_filter(
+        block_filter, "b.metadata", {"id": Column("b.block_id", _server_id)}, prefix="b"
+    )
+    statement = text(
+        f"SELECT DISTINCT ON (b.block_id) b.block_id, b.metadata, b.public, {_RETURNING}"
+        " FROM registry_blocks b JOIN inference_servers s ON s.id = b.server_id"
+        f" WHERE {ALIVE_SQL} AND {servers.text} AND {blocks.text}"
+        " ORDER BY b.block_id, s.heartbeat_at DESC LIMIT :limit"
+    )
+    params = {**servers.params, **blocks.params, "limit": limit}
+    async with autocommit(engine).connect() as conn:
+        rows = (await conn.execute(statement, params)).all()
+    return [FoundBlock(row.block_id, row.metadata, row.public, _record(row)) for row in rows]

@@ -372,3 +372,35 @@ class InferenceServer(Base):
     doc: Mapped[dict[str, Any]] = mapped_column(JSONB)
     registered_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+    #: The last heartbeat (None: the server never sent one), and the seconds it stays alive
+    #: without the next (:mod:`tracker.registry`).
+    heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    heartbeat_grace: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class RegistryBlock(Base):
+    """A block a cluster's gateway publishes in the registry (:mod:`tracker.registry`), so
+    that search reaches other clusters' blocks and a block id finds the cluster that runs it."""
+
+    __tablename__ = "registry_blocks"
+    __table_args__ = (
+        Index("ix_registry_blocks_block", "block_id"),
+        Index(
+            "ix_registry_blocks_metadata",
+            "metadata",
+            postgresql_using="gin",
+            postgresql_ops={"metadata": "jsonb_path_ops"},
+        ),
+    )
+
+    server_id: Mapped[str] = mapped_column(
+        String(36),
+        ForeignKey("inference_servers.id", ondelete="CASCADE", name="fk_registry_blocks_server"),
+        primary_key=True,
+    )
+    block_id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    #: The block's metadata, as search's ``blockQuery`` reads it.
+    block_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB)
+    #: Usable by any account (a public deployment's or model's block): only these are run for
+    #: another cluster's callers.
+    public: Mapped[bool] = mapped_column(Boolean)

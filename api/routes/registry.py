@@ -1,7 +1,8 @@
 """The registry of inference servers, at the seed's own paths: ``POST /inference_server``
 registers one, ``GET|PUT|DELETE /inference_server/{id}`` reads, updates (a MongoDB update
 document) and deletes it, ``POST /inference_servers`` finds them by a MongoDB filter
-(:mod:`tracker.registry`).
+(:mod:`tracker.registry`). ``POST /inference_server/{id}/heartbeat`` keeps a server ``alive``
+for the grace it names; without the next beat it is marked ``dead`` and no longer routed to.
 
 Any account reads the registry; only an admin account writes it (403 otherwise). A filter or
 update the registry cannot apply is a 400 naming where it is (``filter.inference_server_tags.$x``).
@@ -54,6 +55,23 @@ class InferenceServer(BaseModel):
     inference_server_public_url: str
     registered_at: datetime
     updated_at: datetime
+    heartbeat_at: datetime | None = Field(None, description="The last heartbeat.")
+    status: str = Field(
+        description="registered (never heartbeat), alive, or dead (its grace ran out)."
+    )
+
+
+class Heartbeat(BaseModel):
+    """Body of ``POST /inference_server/{id}/heartbeat``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grace: float = Field(
+        15.0,
+        ge=0,
+        le=86400,
+        description="Seconds the server stays alive without the next beat (0: dead now).",
+    )
 
 
 class InferenceServerList(BaseModel):
@@ -158,6 +176,26 @@ async def delete_inference_server(
     if await registry.delete(resources.engine, server_id):
         return Response(status_code=204)
     raise NotFound(f"Inference server {server_id} not found")
+
+
+@router.post(
+    "/inference_server/{server_id}/heartbeat",
+    response_model=InferenceServer,
+    responses={**problems(401, 404, 422, 503), 403: ADMINS_ONLY},
+    openapi_extra=operation(),
+)
+async def heartbeat_inference_server(
+    server_id: str,
+    account: AccountDep,
+    resources: ResourcesDep,
+    body: Heartbeat | None = None,
+) -> FastJSONResponse:
+    """The server is alive for ``grace`` seconds from now."""
+    _require_admin(account)
+    record = await registry.heartbeat(resources.engine, server_id, (body or Heartbeat()).grace)
+    if record is None:
+        raise NotFound(f"Inference server {server_id} not found")
+    return FastJSONResponse(registry.render(record))
 
 
 @router.post(

@@ -302,3 +302,34 @@ def test_register_refuses_server_fields(world: World) -> None:
         assert_problem(refused, 422)
         refused = http.post("/inference_server", json={"inference_server_tags": "NLP"})
         assert_problem(refused, 422)
+
+
+def test_heartbeats_mark_servers_alive_then_dead(world: World, server: dict[str, Any]) -> None:
+    """A server that never beat is ``registered``; a beat makes it ``alive`` for its grace; a
+    beat of grace 0 (what a stopping gateway sends) marks it ``dead``, the record kept; each
+    status is a filter."""
+    server_id = server["inference_server_id"]
+    path = f"/inference_server/{server_id}"
+    assert server["status"] == "registered" and server["heartbeat_at"] is None
+
+    def by_status(http: httpx.Client, status: str) -> bool:
+        query = {"status": status, "inference_server_id": server_id}
+        return [
+            s["inference_server_id"]
+            for s in http.post("/inference_servers", json=query).json()["results"]
+        ] == [server_id]
+
+    with world.client(world.admin_token) as http:
+        alive = http.post(f"{path}/heartbeat", json={"grace": 3600}).json()
+        assert alive["status"] == "alive" and alive["heartbeat_at"] is not None
+        assert by_status(http, "alive") and not by_status(http, "dead")
+        dead = http.post(f"{path}/heartbeat", json={"grace": 0}).json()
+        assert dead["status"] == "dead"
+        assert http.get(path).json()["status"] == "dead"
+        assert by_status(http, "dead")
+        assert_problem(http.post(f"{path}/heartbeat", json={"grace": -1}), 422)
+        assert_problem(http.post(f"/inference_server/{uuid.uuid4()}/heartbeat"), 404)
+        problem = assert_problem(http.post("/inference_servers", json={"status": "gone"}), 400)
+        assert [e["field"] for e in problem["errors"]] == ["filter.status"]
+    with world.client(world.user_token) as http:
+        assert_problem(http.post(f"{path}/heartbeat"), 403)

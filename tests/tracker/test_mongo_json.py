@@ -79,6 +79,10 @@ FILTERS: list[tuple[Any, set[str]]] = [
     ({"$or": [{"name": "east"}, {"meta.rps": 10}]}, {"east", "west"}),
     ({"$and": [{"meta.gpu": {"$exists": True}}, {"tags": {"$ne": "LLM"}}]}, {"east"}),
     ({"$nor": [{"name": "east"}, {"name": "west"}]}, {"bare"}),
+    ({"meta.zone": {"$regex": "^us-.*-1a$"}}, {"east"}),
+    ({"meta.region": {"$regex": "US-", "$options": "i"}}, {"east", "west"}),
+    ({"tags": {"$regex": "^L"}}, {"west"}),  # an element of a list
+    ({"meta.zone": {"$regex": 'a"b\\.'}}, set()),  # quoting in the pattern
     ({"name": 'we"st'}, set()),  # quoting in paths' literals
     ({'odd"key': 1}, set()),
 ]
@@ -99,7 +103,10 @@ REFUSED_FILTERS: list[tuple[Any, str]] = [
     ({"meta.gpu": {"$exists": 1}}, "filter.meta.gpu.$exists"),
     ({"$or": []}, "filter.$or"),
     ({"$and": [{"a": 1}, 3]}, "filter.$and[1]"),
-    ({"$or": [{"a": {"$regex": "x"}}]}, "filter.$or[0].a.$regex"),
+    ({"$or": [{"a": {"$regex": 1}}]}, "filter.$or[0].a.$regex"),
+    ({"a": {"$regex": "("}}, "filter.a.$regex"),
+    ({"a": {"$regex": "x", "$options": "g"}}, "filter.a.$options"),
+    ({"a": {"$options": "i"}}, "filter.a.$options"),
     ({"a..b": 1}, "filter.a..b"),
     ({"tags.$": 1}, "filter.tags.$"),
     ([1], "filter"),
