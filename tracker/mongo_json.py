@@ -8,14 +8,14 @@ ignored.
 
 Filters (:func:`compile_filter`): dotted-path equality, ``$eq``, ``$ne``, ``$in``, ``$nin``,
 ``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$regex`` (with ``$options`` ``i``, ``m``,
-``s``, ``x``: a SQL/JSON ``like_regex``, POSIX regular expressions), ``$and``, ``$or``, ``$nor``. A comparison
-with a scalar is a SQL/JSON path predicate, ``doc @? '$."a"."b" ? (@ == "x")'``: in the lax mode
-a member accessor steps into arrays and a filter tests each element, which is MongoDB's own
-reading (``{"tags": "NLP"}`` matches a list holding "NLP"; ``a.b`` reaches into a list of
-documents), and the operator is one the GIN ``jsonb_path_ops`` index serves. Equality with a
-document or a list is containment (``doc @> {"a": {"b": v}}``, indexed) confirmed by exact
-equality at the path, or an element of a list at the path equal to it. ``null`` matches a
-missing field too, as in MongoDB. Some fields may live in their own columns
+``s``, ``x``: a SQL/JSON ``like_regex``, POSIX regular expressions), ``$and``, ``$or``,
+``$nor``. A comparison with a scalar is a SQL/JSON path predicate, ``doc @? '$."a"."b" ? (@ ==
+"x")'``: in the lax mode a member accessor steps into arrays and a filter tests each element,
+which is MongoDB's own reading (``{"tags": "NLP"}`` matches a list holding "NLP"; ``a.b``
+reaches into a list of documents), and the operator is one the GIN ``jsonb_path_ops`` index
+serves. Equality with a document or a list is containment (``doc @> {"a": {"b": v}}``, indexed)
+confirmed by exact equality at the path, or an element of a list at the path equal to it.
+``null`` matches a missing field too, as in MongoDB. Some fields may live in their own columns
 (:class:`Column`), compared there.
 
 Updates (:mod:`tracker.mongo_updates`): ``$set`` (dotted paths, creating

@@ -7,10 +7,11 @@ A record is ``inference_server_id`` (a uuid4 the server draws), ``inference_serv
 ``status``, which the server keeps: a server that heartbeats (:func:`heartbeat`, each beat
 saying how long it stays alive without the next) is ``alive`` until that grace runs out, then
 ``dead`` (the record stays, marked, and is no longer routed to); one that never heartbeat is
-``registered``. The four fields a client writes are one JSONB document (``inference_servers.doc``); the
-id and times are columns. Filters and updates are translated to SQL (:mod:`tracker.mongo_json`)
-and evaluated by Postgres: a query never loads rows to test them, and an update is one
-``UPDATE`` of the locked row whose new document is an expression of the old one.
+``registered``. The four fields a client writes are one JSONB document
+(``inference_servers.doc``); the id and times are columns. Filters and updates are translated to
+SQL (:mod:`tracker.mongo_json`) and evaluated by Postgres: a query never loads rows to test
+them, and an update is one ``UPDATE`` of the locked row whose new document is an expression of
+the old one.
 
 An update may not make a record something other than the seed's shape: the name and URL are
 strings, set whole; the tags a list of strings, set whole or changed with ``$push``,
