@@ -15,6 +15,7 @@ from typing import Any
 
 from core.transient import TRANSIENT
 from gateway.errors import NotFound, Unavailable
+from gateway.peers import RemoteBlock, RemoteBlocks
 from gateway.session_routes import SessionRoutes
 from tracker import blocks
 from tracker.block_versions import served_now, version_of
@@ -55,8 +56,11 @@ class Destinations:
         fleet: FleetView,
         ttl: float,
         routes: SessionRoutes | None = None,
+        remote: RemoteBlocks | None = None,
     ) -> None:
         self.catalog = catalog
+        #: Blocks other clusters run (None: this gateway knows no other cluster).
+        self.remote = remote
         self.fleet = fleet
         #: What sessions resolved, shared by the replicas (None: only this process's cache).
         self.routes = routes
@@ -111,11 +115,39 @@ class Destinations:
             raise unknown_block(block_id, field)
         return destination
 
-    async def check_served(self, destination: Destination) -> None:
+    async def route(
+        self, account: AccountInfo, block_id: str, session_id: str = ""
+    ) -> Destination | RemoteBlock | None:
+        """Where the block runs: here (:meth:`find`), else on the other cluster that publishes
+        it (only public blocks are published), else None."""
+        found = await self.find(account, block_id, session_id)
+        if found is not None or self.remote is None:
+            return found
+        return await self.remote.find(block_id)
+
+    async def resolve_route(
+        self, account: AccountInfo, block_id: str, field: str = "block_id", session_id: str = ""
+    ) -> Destination | RemoteBlock:
+        """:meth:`route`, or ``NOT_FOUND`` naming ``field``."""
+        found = await self.route(account, block_id, session_id)
+        if found is None:
+            raise unknown_block(block_id, field)
+        return found
+
+    async def check_served(self, destination: Destination | RemoteBlock) -> None:
         """``UNAVAILABLE`` when the fleet registry knows no ready runner for the block (once
         the registry has been read: a gateway that could not read it yet lets tasks queue).
         The local view lags the registry by up to its refresh interval, so before refusing
-        it is read again: a runner that just came up is not refused."""
+        it is read again: a runner that just came up is not refused. (Another cluster's block
+        is that cluster's to check, once its gateway is alive.)"""
+        if isinstance(destination, RemoteBlock):
+            if not destination.alive:
+                raise Unavailable(
+                    f"cluster {destination.cluster_id}'s gateway, which runs block "
+                    f"{destination.block_id}, is not alive",
+                    "block_id",
+                )
+            return
         if self.fleet.refreshed_at is None or self._served(destination):
             return
         now = time.monotonic()

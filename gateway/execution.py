@@ -41,13 +41,14 @@ from gateway.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from gateway.executor import TaskResult
+from gateway.executor import OutputFile, TaskResult
 from gateway.graph import GraphPlan, plan_graph, run_graph
 from gateway.lane_runs import run_on_lane
 from gateway.named_graph import GRAPH_ID, RefusedGraph, compile_graph, run_named_graph
+from gateway.peers import PeerAnswer, RemoteBlock
 from gateway.resources import GatewayResources
 from gateway.session_routes import SessionRoutes, graph_digest
-from gateway.task import Task
+from gateway.task import InputFile, Task
 from tracker import named_graphs, store
 from tracker.catalog import AccountInfo
 from tracker.events import EventType
@@ -57,6 +58,8 @@ from tracker.store import NewPrediction
 
 log = logging.getLogger(__name__)
 
+#: Where a block of a graph runs: here, or on another cluster.
+Route = Destination | RemoteBlock
 #: What ``predictions.source`` says of the predictions the gateway makes.
 SOURCE = "gateway"
 #: Seconds a prediction outlives its call's deadline (see :func:`_wall_deadline`).
@@ -71,7 +74,7 @@ class BlockExecutor:
         settings = resources.settings
         self.routes = SessionRoutes(resources.redis, settings.route_ttl)
         self.destinations = Destinations(
-            resources.catalog, resources.fleet, settings.cache_ttl, self.routes
+            resources.catalog, resources.fleet, settings.cache_ttl, self.routes, resources.remote
         )
 
     async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
@@ -79,9 +82,15 @@ class BlockExecutor:
             return TaskResult(await self._named_graph(account, task, deadline))
         if task.output_ptr is not None:
             return TaskResult(await self._graph(account, task, deadline))
-        destination = await self.destinations.resolve(
+        destination = await self.destinations.resolve_route(
             account, task.block_id, session_id=task.session_id
         )
+        if isinstance(destination, RemoteBlock):
+            await self.destinations.check_served(destination)
+            answer = await self._remote(
+                account, destination, task.data, deadline, task.files, task.frame_ptr
+            )
+            return TaskResult(answer.data, [OutputFile(*f) for f in answer.files])
         input, input_json = await self._checked_input(account, destination, task)
         return TaskResult(await self._step(account, destination, input, input_json, deadline))
 
@@ -89,10 +98,12 @@ class BlockExecutor:
         self, account: AccountInfo, task: Task, deadline: float | None
     ) -> AsyncIterator[Any]:
         if task.output_ptr is None and not GRAPH_ID.fullmatch(task.block_id):
-            destination = await self.destinations.resolve(
+            destination = await self.destinations.resolve_route(
                 account, task.block_id, session_id=task.session_id
             )
-            if not (destination.synchronous and self.resources.lane is not None):
+            if isinstance(destination, Destination) and not (
+                destination.synchronous and self.resources.lane is not None
+            ):
                 input, input_json = await self._checked_input(account, destination, task)
                 async for item in self._durable(
                     account, destination, input, input_json, deadline, True
@@ -103,6 +114,22 @@ class BlockExecutor:
         yield (await self.run(account, task, deadline)).data
 
     # -- one block --------------------------------------------------------------------------
+
+    async def _remote(
+        self,
+        account: AccountInfo,
+        remote: RemoteBlock,
+        data: dict[str, Any],
+        deadline: float | None,
+        files: list[InputFile] | None = None,
+        frame_ptr: bytes = b"",
+    ) -> PeerAnswer:
+        """Run ``data`` (with ``files``, and the task's frame) on another cluster's block."""
+        peers = self.resources.peers
+        assert peers is not None  # a remote block is only found with a cluster id
+        if deadline is None:
+            deadline = time.monotonic() + self.resources.settings.default_deadline
+        return await peers.infer(remote, account, data, deadline, files, frame_ptr)
 
     async def _checked_input(
         self, account: AccountInfo, destination: Destination, task: Task
@@ -240,14 +267,14 @@ class BlockExecutor:
 
     # -- graphs -----------------------------------------------------------------------------
 
-    async def _plan(self, account: AccountInfo, task: Task) -> GraphPlan[Destination]:
+    async def _plan(self, account: AccountInfo, task: Task) -> GraphPlan[Route]:
         """The task's graph checked and its blocks resolved; within a session, a graph it ran
         before skips the checks (its plan is kept for the session, ``route_ttl``)."""
         settings = self.resources.settings
         session = task.session_id
 
-        def find(block_id: str) -> Awaitable[Destination | None]:
-            return self.destinations.find(account, block_id, session)
+        def find(block_id: str) -> Awaitable[Route | None]:
+            return self.destinations.route(account, block_id, session)
 
         digest = graph_digest(task.output_ptr, task.block_id)
         kept = await self.routes.graph(account.id, session, digest) if session else None
@@ -263,7 +290,7 @@ class BlockExecutor:
                     roots=(task.block_id,),
                     leaves=tuple(kept["leaves"]),
                 )
-        plan: GraphPlan[Destination] = await plan_graph(
+        plan: GraphPlan[Route] = await plan_graph(
             task.output_ptr,
             task.block_id,
             find,
@@ -286,12 +313,16 @@ class BlockExecutor:
         head = plan.resolved[task.block_id]
         for node in plan.order:
             await self.destinations.check_served(plan.resolved[node])
-        await self._check_with_files(account, head, block_input.compose(task))
-        head_input = await block_input.attach_files(self.resources.files, account.id, task)
+        if isinstance(head, Destination):
+            await self._check_with_files(account, head, block_input.compose(task))
+            head_input = await block_input.attach_files(self.resources.files, account.id, task)
+        else:  # checked, its files stored, by the cluster that runs it
+            head_input = task.data
         graph_id = new_prediction_id()
 
-        async def run_step(step: str, destination: Destination, data: Any, until: float) -> Any:
-            if step == task.block_id:
+        async def run_step(step: str, destination: Route, data: Any, until: float) -> Any:
+            head = step == task.block_id
+            if head:
                 input = head_input
             elif isinstance(data, dict):
                 input = data
@@ -300,13 +331,17 @@ class BlockExecutor:
                     f"the step's input must be an object; its parent's output is "
                     f"{type(data).__name__}"
                 )
+            if isinstance(destination, RemoteBlock):
+                files = task.files if head else None
+                sent = await self._remote(account, destination, input, until, files, task.frame_ptr)
+                return sent.data
             if task.frame_ptr and block_input.FRAME_PTR_FIELD not in input:
                 input = {
                     **input,
                     block_input.FRAME_PTR_FIELD: block_input.frame_ptr_text(task.frame_ptr),
                 }
             input_json = self._canonical(input)
-            if step != task.block_id:
+            if not head:
                 self._check(destination, input)
             link = {"id": graph_id, "step": step, "head": task.block_id}
             return await self._step(account, destination, input, input_json, until, link)

@@ -13,6 +13,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.queue import Queue
+from gateway.peers import Peers, RemoteBlocks
 from gateway.settings import GatewaySettings
 from lane.service import Lane
 from lane.settings import LaneSettings
@@ -53,6 +54,11 @@ class GatewayResources:
     files: Files
     #: The synchronous lane, when this gateway joins it (``CONDUIT_GATEWAY_LANE``).
     lane: Lane | None = None
+    #: The registry's database (this cluster's own unless ``registry_database_url`` names
+    #: another), other clusters' blocks and the calls to their gateways: with a cluster id.
+    registry_engine: AsyncEngine | None = None
+    remote: RemoteBlocks | None = None
+    peers: Peers | None = None
 
 
 async def open_resources(stack: AsyncExitStack, settings: GatewaySettings) -> GatewayResources:
@@ -96,6 +102,15 @@ async def open_resources(stack: AsyncExitStack, settings: GatewaySettings) -> Ga
     files = Files(
         engine, file_store, FileLinks(settings.public_url.rstrip("/"), signer), file_settings
     )
+    registry_engine = remote = peers = None
+    if settings.cluster_id is not None:
+        registry_engine = engine
+        if settings.registry_database_url:
+            registry_engine = make_engine(settings.registry_database_url, pool_size=2)
+            stack.push_async_callback(registry_engine.dispose)
+        remote = RemoteBlocks(registry_engine, settings.cluster_id, settings.cache_ttl)
+        peers = Peers(settings)
+        stack.push_async_callback(peers.close)
     resources = GatewayResources(
         settings=settings,
         engine=engine,
@@ -108,6 +123,9 @@ async def open_resources(stack: AsyncExitStack, settings: GatewaySettings) -> Ga
         fleet=fleet,
         files=files,
         lane=lane,
+        registry_engine=registry_engine,
+        remote=remote,
+        peers=peers,
     )
     if lane is not None:
         await lane.start()

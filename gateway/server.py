@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from gateway import oip
 from gateway.auth import TokenAuth
+from gateway.cluster import ClusterMembership
 from gateway.errors import DeadlineExceeded, abort_with
 from gateway.execution import BlockExecutor
 from gateway.executor import Executor, TaskResult
@@ -196,14 +197,24 @@ async def serve(
         sessions = Sessions(
             resources.redis, settings.session_ttl, settings.session_answer_max_bytes
         )
+        membership: ClusterMembership | None = None
+        quota = Quota.configured(resources.redis, settings)
+        if resources.registry_engine is not None:
+            membership = ClusterMembership(settings, resources.registry_engine, resources.engine)
+            # The registry's quota_management_data may set limits at any time.
+            quota = Quota(resources.redis, membership.limits, settings.quota_shadow)
         gateway = await start(
             settings,
             executor,
             token_auth(resources.engine, settings),
             sessions=sessions,
             directory=BlockDirectory(resources.catalog, settings.cache_ttl),
-            quota=Quota.configured(resources.redis, settings),
+            quota=quota,
         )
+        if membership is not None:
+            membership.url = settings.advertise_url or f"{settings.host}:{gateway.port}"
+            await membership.start()
+            stack.push_async_callback(membership.stop)
         log.info("gateway serving on %s:%d", settings.host, gateway.port)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

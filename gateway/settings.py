@@ -3,6 +3,8 @@ api reads them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -84,3 +86,27 @@ class GatewaySettings(BaseSettings):
     #: Count and report tasks over quota (log, ``conduit_gateway_quota_refusals_total``)
     #: without refusing them: to see what a quota would do before enforcing it.
     quota_shadow: bool = False
+    #: This installation's cluster (``CONDUIT_CLUSTER_ID``). Set, the gateway registers itself
+    #: in the registry (:mod:`gateway.cluster`), heartbeats, publishes its blocks, and runs
+    #: blocks other clusters publish through their gateways. Unset: a gateway of one cluster.
+    cluster_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=100,
+        validation_alias=AliasChoices("CONDUIT_GATEWAY_CLUSTER_ID", "CONDUIT_CLUSTER_ID"),
+    )
+    #: The address other clusters dial this gateway at (``host:port``; the registry's
+    #: ``inference_server_public_url``). Default: the address it listens on.
+    advertise_url: str | None = None
+    #: The registry record's name, metadata (a JSON object: region, provider, …) and tags.
+    server_name: str | None = None
+    server_metadata: dict[str, Any] = Field(default_factory=dict)
+    server_tags: list[str] = Field(default_factory=list)
+    #: The database holding the registry every cluster's gateways share. Default: this
+    #: cluster's own (then its api serves the registry's REST paths).
+    registry_database_url: str | None = None
+    #: Seconds between heartbeats; a gateway missing three is marked dead.
+    heartbeat_interval: float = Field(5.0, gt=0)
+    #: The bearer token this gateway presents to other clusters' gateways (an account of
+    #: theirs); the caller's own account and cluster ride along in the call's metadata.
+    peer_token: str | None = None

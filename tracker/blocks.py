@@ -270,3 +270,11 @@ async def delete_block(engine: AsyncEngine, block_id: str, account_id: int | Non
     async with autocommit(engine).connect() as conn:
         deleted = await conn.execute(statement.returning(Block.id))
         return deleted.first() is not None
+
+
+async def published(engine: AsyncEngine) -> list[tuple[str, dict[str, Any], bool]]:
+    """Every block as a cluster publishes it in the registry: its id, its metadata, and
+    whether any account may use it (what it names is public)."""
+    async with autocommit(engine).connect() as conn:
+        rows = (await conn.execute(_query().order_by(Block.id))).all()
+    return [(row[0], row[9], _subject(row).visibility == "public") for row in rows]

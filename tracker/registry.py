@@ -290,14 +290,15 @@ async def publish_blocks(engine: AsyncEngine, server_id: str, blocks: list[Publi
 async def block_owner(
     engine: AsyncEngine, block_id: str, exclude_cluster: str | None = None
 ) -> InferenceServerRecord | None:
-    """A live server of the cluster that publishes ``block_id`` as public (the most recent
-    heartbeat first), other than ``exclude_cluster``'s; None: none."""
+    """The server of the cluster that publishes ``block_id`` as public, other than
+    ``exclude_cluster``'s: a live one if any (the most recently heard first), else the last
+    heard (its ``status`` says it is not alive); None: no cluster publishes it."""
     statement = text(
         f"SELECT {_RETURNING} FROM registry_blocks b JOIN inference_servers s"
-        f" ON s.id = b.server_id WHERE b.block_id = :block AND b.public AND {ALIVE_SQL}"
+        " ON s.id = b.server_id WHERE b.block_id = :block AND b.public"
         " AND (CAST(:exclude AS text) IS NULL"
         " OR s.doc #>> '{inference_server_metadata,cluster_id}' IS DISTINCT FROM :exclude)"
-        " ORDER BY s.heartbeat_at DESC LIMIT 1"
+        f" ORDER BY {ALIVE_SQL} DESC NULLS LAST, s.heartbeat_at DESC NULLS LAST LIMIT 1"
     )
     async with autocommit(engine).connect() as conn:
         row = (

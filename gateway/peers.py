@@ -1,0 +1,157 @@
+"""Blocks of other clusters, run through their gateways over gRPC.
+
+A block this cluster does not have may be one another cluster publishes in the shared registry
+(:func:`tracker.registry.block_owner`: public blocks only); :class:`RemoteBlocks` finds it
+(remembered ``cache_ttl`` seconds, as local blocks are). :class:`Peers` runs a task on it:
+``infer`` on that cluster's gateway, on one channel per cluster address kept for the process's
+life, with the time left of the caller's deadline as the call's deadline, this gateway's
+``peer_token`` as the bearer, and who asked (``x-conduit-origin-account``,
+``x-conduit-origin-cluster``) in the metadata.
+
+A task sent on is never sent twice: a call that fails because the other gateway went away
+fails the task (``UNAVAILABLE`` naming the cluster), since the other cluster may have run it.
+Its session (``session_id``) stays here (replay and order are this gateway's), so the other
+gateway gets none. The other gateway's status is answered as it is, its message prefixed with
+the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gateway.errors import DeadlineExceeded, GatewayError, Unavailable
+from gateway.proto.inference_pb2 import AIOSPacket, BlockInferencePacket, FileInfo
+from gateway.settings import GatewaySettings
+from gateway.task import InputFile
+from tracker import registry
+from tracker.catalog import AccountInfo
+from tracker.catalog_cache import TTLCache
+
+METHOD = "/BlockInferenceService/infer"
+ORIGIN_ACCOUNT = "x-conduit-origin-account"
+ORIGIN_CLUSTER = "x-conduit-origin-cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteBlock:
+    """A block another cluster runs: its id there, the cluster and its gateway's address."""
+
+    block_id: str
+    cluster_id: str
+    url: str
+    #: Whether that gateway is alive in the registry (a dead one is not called).
+    alive: bool = True
+
+
+class PeerError(GatewayError):
+    """The other cluster's answer, with its status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class RemoteBlocks:
+    """Which other cluster runs a block (None: none does)."""
+
+    def __init__(self, engine: AsyncEngine, cluster_id: str, ttl: float) -> None:
+        self.engine = engine
+        self.cluster_id = cluster_id
+        self._owners: TTLCache[str, RemoteBlock | None] = TTLCache(ttl)
+
+    async def find(self, block_id: str) -> RemoteBlock | None:
+        return await self._owners.get(block_id, lambda: self._load(block_id))
+
+    async def _load(self, block_id: str) -> RemoteBlock | None:
+        server = await registry.block_owner(self.engine, block_id, exclude_cluster=self.cluster_id)
+        if server is None or server.cluster_id is None or not server.public_url:
+            return None
+        return RemoteBlock(block_id, server.cluster_id, server.public_url, server.status == "alive")
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAnswer:
+    data: Any
+    files: list[InputFile]
+
+
+class Peers:
+    """Calls to other clusters' gateways, a channel per address."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.cluster_id = settings.cluster_id or ""
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def _channel(self, url: str) -> grpc.aio.Channel:
+        channel = self._channels.get(url)
+        if channel is None:
+            limit = self.settings.max_message_bytes
+            channel = grpc.aio.insecure_channel(
+                url,
+                options=[
+                    ("grpc.max_receive_message_length", limit),
+                    ("grpc.max_send_message_length", limit),
+                ],
+            )
+            self._channels[url] = channel
+        return channel
+
+    async def infer(
+        self,
+        remote: RemoteBlock,
+        account: AccountInfo,
+        data: dict[str, Any],
+        deadline: float,
+        files: list[InputFile] | None = None,
+        frame_ptr: bytes = b"",
+    ) -> PeerAnswer:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DeadlineExceeded(f"no time left to run block {remote.block_id}")
+        packet = BlockInferencePacket(
+            block_id=remote.block_id,
+            data=json.dumps(data, separators=(",", ":")),
+            ts=time.time(),
+            frame_ptr=frame_ptr,
+            files=[
+                FileInfo(metadata=json.dumps(f.metadata), file_data=f.data) for f in files or ()
+            ],
+        )
+        metadata = [(ORIGIN_ACCOUNT, account.name), (ORIGIN_CLUSTER, self.cluster_id)]
+        if self.settings.peer_token:
+            metadata.append(("authorization", f"Bearer {self.settings.peer_token}"))
+        call = self._channel(remote.url).unary_unary(
+            METHOD,
+            request_serializer=BlockInferencePacket.SerializeToString,
+            response_deserializer=AIOSPacket.FromString,
+        )
+        try:
+            answer: AIOSPacket = await call(packet, timeout=left, metadata=metadata)
+        except grpc.aio.AioRpcError as error:
+            raise _answered(remote, error) from None
+        return PeerAnswer(
+            json.loads(answer.data) if answer.data else None,
+            [InputFile(json.loads(f.metadata or "{}"), f.file_data) for f in answer.files],
+        )
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
+def _answered(remote: RemoteBlock, error: grpc.aio.AioRpcError) -> GatewayError:
+    code = error.code()
+    where = f"cluster {remote.cluster_id}"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return Unavailable(f"{where}'s gateway ({remote.url}) failed: {error.details()}")
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return DeadlineExceeded(f"{where} did not answer block {remote.block_id} in time")
+    return PeerError(code, f"{where}: {error.details()}")

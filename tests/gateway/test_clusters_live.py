@@ -1,0 +1,164 @@
+"""Two clusters on loopback (``tests.fixtures.two_clusters``): each gateway registers itself,
+heartbeats and publishes its blocks; a block of the other cluster runs through that cluster's
+gateway; a graph whose steps alternate between the clusters answers as one; a gateway killed
+mid-graph fails the graph naming the step, nothing run twice; a dead gateway is no longer
+routed to, its record kept and marked."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from conduit.services import ServiceUrls
+from gateway.proto.inference_pb2 import BlockInferencePacket
+from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
+from tests.fixtures.admin import Admin
+from tests.fixtures.processes import Launcher
+from tests.fixtures.two_clusters import (
+    A_BLOCKS,
+    B_BLOCKS,
+    CLUSTER_A,
+    CLUSTER_B,
+    TwoClusters,
+    registry_state,
+    two_clusters,
+)
+from tests.fixtures.waiting import until, wait_for
+
+
+@pytest.fixture(scope="module")
+def clusters(
+    launcher: Launcher,
+    admin: Admin,
+    database_url: str,
+    services: ServiceUrls,
+    redis_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[TwoClusters]:
+    logdir: Path = tmp_path_factory.mktemp("cluster-b-logs")
+    with two_clusters(
+        launcher, admin, database_url, services.database_url, redis_url, logdir
+    ) as world:
+        yield world
+
+
+def call(
+    clusters: TwoClusters,
+    block_id: str,
+    data: dict[str, Any],
+    graph: dict[str, list[str]] | None = None,
+    timeout: float = 60,
+) -> Any:
+    packet = BlockInferencePacket(
+        block_id=block_id,
+        data=json.dumps(data),
+        output_ptr=json.dumps({"graph": graph}) if graph else "",
+    )
+    with grpc.insecure_channel(clusters.a.address) as channel:
+        answer = BlockInferenceServiceStub(channel).infer(
+            packet, metadata=[("authorization", f"Bearer {clusters.user[1]}")], timeout=timeout
+        )
+    return json.loads(answer.data)
+
+
+def test_each_gateway_registers_heartbeats_and_publishes(clusters: TwoClusters) -> None:
+    state = registry_state(clusters.a.database_url)
+    assert state[CLUSTER_A][0] == state[CLUSTER_B][0] == "alive"
+    assert set(A_BLOCKS) <= state[CLUSTER_A][1] and not set(B_BLOCKS) & state[CLUSTER_A][1]
+    assert set(B_BLOCKS) == state[CLUSTER_B][1]
+
+
+def test_a_block_of_the_other_cluster_runs_there(clusters: TwoClusters) -> None:
+    before_a = len(clusters.a.predictions(clusters.user[0]))
+    assert call(clusters, B_BLOCKS[0], {"prompt": "far"}) == {"got": {"prompt": "far"}}
+    on_b = clusters.b.predictions(clusters.peer_on_b)
+    assert [p["input"] for p in on_b][-1] == {"prompt": "far"}
+    assert len(clusters.a.predictions(clusters.user[0])) == before_a  # nothing ran here
+
+
+def test_a_graph_alternating_between_clusters(clusters: TwoClusters) -> None:
+    a1, a2, b1, b2 = A_BLOCKS[0], A_BLOCKS[1], B_BLOCKS[0], B_BLOCKS[1]
+    graph = {a1: [b1], b1: [a2], a2: [b2], b2: []}
+    on_b_before = len(clusters.b.predictions(clusters.peer_on_b))
+    answer = call(clusters, a1, {"prompt": "hop"}, graph)
+    assert answer == {"got": {"got": {"got": {"got": {"prompt": "hop"}}}}}
+    here = clusters.a.predictions(clusters.user[0])[-2:]
+    assert [p["graph"]["step"] for p in here] == [a1, a2]
+    assert all(p["status"] == "succeeded" for p in here)
+    there = clusters.b.predictions(clusters.peer_on_b)[on_b_before:]
+    assert [p["input"] for p in there] == [
+        {"got": {"prompt": "hop"}},
+        {"got": {"got": {"got": {"prompt": "hop"}}}},
+    ]
+
+
+async def test_a_gateway_killed_mid_graph_fails_the_graph_naming_its_step(
+    clusters: TwoClusters,
+) -> None:
+    """SIGKILL cluster-456's gateway while its step runs: the graph fails UNAVAILABLE naming
+    the step; the step after it never runs, the killed step ran once (its prediction ends
+    there on its own); the dead gateway is then marked dead and not called (UNAVAILABLE
+    before anything is sent), until it is back."""
+    a1, a2, b1 = A_BLOCKS[0], A_BLOCKS[1], B_BLOCKS[2]
+    graph = {a1: [b1], b1: [a2], a2: []}
+    user, token = clusters.user
+    a_before = len(clusters.a.predictions(user))
+    b_before = len(clusters.b.predictions(clusters.peer_on_b))
+    packet = BlockInferencePacket(
+        block_id=a1,
+        data=json.dumps({"slow_depth": 1, "slow_seconds": 3}),
+        output_ptr=json.dumps({"graph": graph}),
+    )
+    async with grpc.aio.insecure_channel(clusters.a.address) as channel:
+        pending = BlockInferenceServiceStub(channel).infer(
+            packet, metadata=[("authorization", f"Bearer {token}")], timeout=60
+        )
+
+        async def b_running() -> bool:
+            made = clusters.b.predictions(clusters.peer_on_b)[b_before:]
+            return len(made) == 1 and made[0]["status"] == "processing"
+
+        await until(b_running, "cluster-456's step running", timeout=60)
+        assert clusters.b.gateway is not None
+        clusters.b.gateway.kill()
+        with pytest.raises(grpc.aio.AioRpcError) as failed:
+            await pending
+    assert failed.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert f"step {b1} failed" in (failed.value.details() or "")
+    assert CLUSTER_B in (failed.value.details() or "")
+    here = clusters.a.predictions(user)[a_before:]
+    assert [(p["graph"]["step"], p["status"]) for p in here] == [(a1, "succeeded")]
+
+    async def b_step_ended() -> bool:
+        made = clusters.b.predictions(clusters.peer_on_b)[b_before:]
+        return len(made) == 1 and made[0]["status"] == "succeeded"
+
+    await until(b_step_ended, "cluster-456's step ending on its own, once", timeout=60)
+    wait_for(
+        lambda: registry_state(clusters.a.database_url)[CLUSTER_B][0] == "dead",
+        "cluster-456 marked dead",
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        call(clusters, B_BLOCKS[0], {"prompt": "x"})
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+    assert "not alive" in refused.value.details()  # type: ignore[attr-defined]
+    assert len(clusters.b.predictions(clusters.peer_on_b)) == b_before + 1
+    clusters.b.start_gateway()
+    wait_for(
+        lambda: registry_state(clusters.a.database_url)[CLUSTER_B][0] == "alive",
+        "cluster-456 alive again",
+    )
+
+    def routed_again() -> Any:
+        try:
+            return call(clusters, B_BLOCKS[0], {"prompt": "back"})
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+            return None  # this gateway's view of the registry is up to cache_ttl old
+
+    assert wait_for(routed_again, "cluster-456 routed to again") == {"got": {"prompt": "back"}}
