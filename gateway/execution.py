@@ -47,6 +47,7 @@ from gateway.lane_runs import run_on_lane
 from gateway.named_graph import GRAPH_ID, RefusedGraph, compile_graph, run_named_graph
 from gateway.peers import PeerAnswer, RemoteBlock
 from gateway.resources import GatewayResources
+from gateway.search_routes import SearchRoutes
 from gateway.session_routes import SessionRoutes, graph_digest
 from gateway.task import InputFile, Task
 from tracker import named_graphs, store
@@ -76,15 +77,21 @@ class BlockExecutor:
         self.destinations = Destinations(
             resources.catalog, resources.fleet, settings.cache_ttl, self.routes, resources.remote
         )
+        self.search = SearchRoutes(
+            settings.cluster_id,
+            resources.registry_engine,
+            self.destinations,
+            self.routes,
+            resources.queue,
+            resources.peers,
+        )
 
     async def run(self, account: AccountInfo, task: Task, deadline: float | None) -> TaskResult:
         if GRAPH_ID.fullmatch(task.block_id):
             return TaskResult(await self._named_graph(account, task, deadline))
         if task.output_ptr is not None:
             return TaskResult(await self._graph(account, task, deadline))
-        destination = await self.destinations.resolve_route(
-            account, task.block_id, session_id=task.session_id
-        )
+        destination = await self._route(account, task)
         if isinstance(destination, RemoteBlock):
             await self.destinations.check_served(destination)
             answer = await self._remote(
@@ -98,9 +105,7 @@ class BlockExecutor:
         self, account: AccountInfo, task: Task, deadline: float | None
     ) -> AsyncIterator[Any]:
         if task.output_ptr is None and not GRAPH_ID.fullmatch(task.block_id):
-            destination = await self.destinations.resolve_route(
-                account, task.block_id, session_id=task.session_id
-            )
+            destination = await self._route(account, task)
             if isinstance(destination, Destination) and not (
                 destination.synchronous and self.resources.lane is not None
             ):
@@ -114,6 +119,14 @@ class BlockExecutor:
         yield (await self.run(account, task, deadline)).data
 
     # -- one block --------------------------------------------------------------------------
+
+    async def _route(self, account: AccountInfo, task: Task) -> Route:
+        """Where the task's block runs: the block it names, else the one its search chose."""
+        if not task.block_id and task.query_parameters is not None:
+            return await self.search.route(account, task)
+        return await self.destinations.resolve_route(
+            account, task.block_id, session_id=task.session_id
+        )
 
     async def _remote(
         self,

@@ -88,6 +88,15 @@ class Peers:
         self.settings = settings
         self.cluster_id = settings.cluster_id or ""
         self._channels: dict[str, grpc.aio.Channel] = {}
+        #: Seconds a call to each cluster took lately (an exponential moving average).
+        self._latency: dict[str, float] = {}
+
+    def latency(self, cluster_id: str) -> float | None:
+        return self._latency.get(cluster_id)
+
+    def _measured(self, cluster_id: str, seconds: float) -> None:
+        before = self._latency.get(cluster_id)
+        self._latency[cluster_id] = seconds if before is None else 0.8 * before + 0.2 * seconds
 
     def _channel(self, url: str) -> grpc.aio.Channel:
         channel = self._channels.get(url)
@@ -132,10 +141,12 @@ class Peers:
             request_serializer=BlockInferencePacket.SerializeToString,
             response_deserializer=AIOSPacket.FromString,
         )
+        started = time.monotonic()
         try:
             answer: AIOSPacket = await call(packet, timeout=left, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             raise _answered(remote, error) from None
+        self._measured(remote.cluster_id, time.monotonic() - started)
         return PeerAnswer(
             json.loads(answer.data) if answer.data else None,
             [InputFile(json.loads(f.metadata or "{}"), f.file_data) for f in answer.files],

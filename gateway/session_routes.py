@@ -61,6 +61,16 @@ class SessionRoutes:
     async def keep_block(self, account_id: int, session_id: str, block: BlockInfo) -> None:
         await self._put(account_id, session_id, f"block:{block.id}", dataclasses.asdict(block))
 
+    async def search(self, account_id: int, session_id: str, digest: str) -> Any:
+        """What a search (its query's digest) chose for the session: ``{block_id,
+        cluster_id, url}``."""
+        return await self._get(account_id, session_id, f"search:{digest}")
+
+    async def keep_search(
+        self, account_id: int, session_id: str, digest: str, chosen: dict[str, str]
+    ) -> None:
+        await self._put(account_id, session_id, f"search:{digest}", chosen)
+
     async def graph(self, account_id: int, session_id: str, digest: str) -> Any:
         return await self._get(account_id, session_id, f"graph:{digest}")
 

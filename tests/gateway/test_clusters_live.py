@@ -13,6 +13,8 @@ from typing import Any
 
 import grpc
 import pytest
+import redis
+from sqlalchemy import create_engine, text
 
 from conduit.services import ServiceUrls
 from gateway.proto.inference_pb2 import BlockInferencePacket
@@ -24,11 +26,21 @@ from tests.fixtures.two_clusters import (
     B_BLOCKS,
     CLUSTER_A,
     CLUSTER_B,
+    SEARCH_A,
+    SEARCH_B,
     TwoClusters,
     registry_state,
     two_clusters,
 )
 from tests.fixtures.waiting import until, wait_for
+from tests.gateway.conftest import generate_stubs
+from tests.gateway.test_server import run_example
+from tracker.keys import session_keys
+
+
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return generate_stubs(tmp_path_factory.mktemp("stubs"))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +82,7 @@ def test_each_gateway_registers_heartbeats_and_publishes(clusters: TwoClusters) 
     state = registry_state(clusters.a.database_url)
     assert state[CLUSTER_A][0] == state[CLUSTER_B][0] == "alive"
     assert set(A_BLOCKS) <= state[CLUSTER_A][1] and not set(B_BLOCKS) & state[CLUSTER_A][1]
-    assert set(B_BLOCKS) == state[CLUSTER_B][1]
+    assert {*B_BLOCKS, *SEARCH_B} == state[CLUSTER_B][1]
 
 
 def test_a_block_of_the_other_cluster_runs_there(clusters: TwoClusters) -> None:
@@ -162,3 +174,135 @@ async def test_a_gateway_killed_mid_graph_fails_the_graph_naming_its_step(
             return None  # this gateway's view of the registry is up to cache_ttl old
 
     assert wait_for(routed_again, "cluster-456 routed to again") == {"got": {"prompt": "back"}}
+
+
+# -- search (query_parameters) -----------------------------------------------------------------
+
+
+def search_query(
+    cluster: dict[str, Any], blocks: dict[str, Any], policy: str = "least-loaded"
+) -> str:
+    return json.dumps(
+        {
+            "body": {
+                "values": {
+                    "matchType": "cluster",
+                    "rankingPolicyRule": {
+                        "values": {
+                            "executionMode": "code",
+                            "policyRuleURI": policy,
+                            "settings": {},
+                            "parameters": {
+                                "filterRule": {
+                                    "matchType": "block",
+                                    "filter": {"clusterQuery": cluster, "blockQuery": blocks},
+                                }
+                            },
+                        }
+                    },
+                }
+            }
+        }
+    )
+
+
+def search(clusters: TwoClusters, query: str, session_id: str = "") -> Any:
+    packet = BlockInferencePacket(
+        session_id=session_id, data=json.dumps({"prompt": "q"}), query_parameters=query
+    )
+    with grpc.insecure_channel(clusters.a.address) as channel:
+        answer = BlockInferenceServiceStub(channel).infer(
+            packet, metadata=[("authorization", f"Bearer {clusters.user[1]}")], timeout=60
+        )
+    return json.loads(answer.data)
+
+
+def kept_choices(clusters: TwoClusters, redis_url: str, session_id: str) -> list[Any]:
+    """What the user's session kept of its searches (``session_id → block_id, connection``)."""
+    engine = create_engine(
+        clusters.a.database_url.replace("postgresql://", "postgresql+psycopg://")
+    )
+    try:
+        with engine.connect() as conn:
+            account_id = conn.execute(
+                text("SELECT id FROM accounts WHERE name = :name"), {"name": clusters.user[0]}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        kept = client.hgetall(session_keys(account_id, session_id).route)
+    finally:
+        client.close()
+    return [json.loads(v) for k, v in kept.items() if k.startswith(b"search:")]
+
+
+async def test_the_seeds_search_example(
+    clusters: TwoClusters, redis_url: str, tmp_path: Path, stubs: Path
+) -> None:
+    """Unmodified but for the address and a token: cluster-123's LLM blocks of GPT, ranked by
+    the seed's policy (installed as a plugin): the highest priority one runs the task, and
+    is kept for the session."""
+    printed = await run_example("search.py", stubs, tmp_path, clusters.a.address, clusters.user[1])
+    got = json.loads(printed["Data"])["got"]
+    assert got["messages"][3] == {"role": "user", "content": "Tell me about black holes."}
+    chosen = [k for k in kept_choices(clusters, redis_url, "sess-12345")]
+    high = next(b for b, m in SEARCH_A.items() if m["priority"] == 5)
+    assert chosen == [{"block_id": high, "cluster_id": CLUSTER_A, "url": clusters.a.address}]
+
+
+def test_search_reaches_the_other_cluster(clusters: TwoClusters) -> None:
+    on_b = len(clusters.b.predictions(clusters.peer_on_b))
+    query = search_query(
+        {"variable": "id", "operator": "IN", "value": [CLUSTER_B]},
+        {"variable": "component.metadata.model", "operator": "LIKE", "value": "gpt-%"},
+    )
+    assert search(clusters, query) == {"got": {"prompt": "q"}}
+    assert len(clusters.b.predictions(clusters.peer_on_b)) == on_b + 1
+
+
+@pytest.mark.parametrize(
+    ("cluster", "blocks", "policy", "code", "field"),
+    [
+        (
+            {"variable": "id", "operator": "==", "value": "cluster-999"},
+            {"variable": "component.metadata.algorithmType", "operator": "==", "value": "llm"},
+            "least-loaded",
+            grpc.StatusCode.NOT_FOUND,
+            "filterRule.filter.clusterQuery",
+        ),
+        (
+            {"variable": "id", "operator": "==", "value": CLUSTER_A},
+            {"variable": "component.metadata.algorithmType", "operator": "==", "value": "asr"},
+            "sticky",
+            grpc.StatusCode.NOT_FOUND,
+            "filterRule.filter.blockQuery",
+        ),
+        (
+            {"variable": "id", "operator": "==", "value": CLUSTER_A},
+            {"variable": "component.metadata.model", "operator": "~", "value": "x"},
+            "random",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "filterRule.filter.blockQuery.operator",
+        ),
+        (
+            {"variable": "id", "operator": "==", "value": CLUSTER_A},
+            {"variable": "component.metadata.algorithmType", "operator": "==", "value": "llm"},
+            "policies.unknown:v1",
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "rankingPolicyRule.values.policyRuleURI",
+        ),
+    ],
+)
+def test_search_refusals_name_the_query(
+    clusters: TwoClusters,
+    cluster: dict[str, Any],
+    blocks: dict[str, Any],
+    policy: str,
+    code: grpc.StatusCode,
+    field: str,
+) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        search(clusters, search_query(cluster, blocks, policy))
+    assert refused.value.code() == code  # type: ignore[attr-defined]
+    assert field in refused.value.details()  # type: ignore[attr-defined]
