@@ -74,7 +74,7 @@ def test_cluster_variables() -> None:
     [
         ("gpt", ["gpt", "openai-gpt-4"], ["GPT", "g-p-t"]),
         ("gpt%", ["gpt-4"], ["openai-gpt"]),
-        ("g_t", ["gpt", "a-got-4"], ["gt", "g-t"]),
+        ("g_t", ["gpt", "a-got-4", "g-t"], ["gt", "gxxt"]),
         ("g_t%", ["gpt-4"], ["a-gpt"]),
         ("a.b%", ["a.bc"], ["axbc"]),
     ],
