@@ -39,6 +39,7 @@ from api.routes import (
     models,
     predictions,
     registry,
+    request_logs,
     run,
     streams,
     usage,
@@ -116,6 +117,10 @@ async def _open(
     if settings.database_read_url:
         replica = make_engine(settings.database_read_url, pool_size=settings.db_pool_size)
         stack.push_async_callback(replica.dispose)
+    log_engine = None
+    if settings.log_database_url:
+        log_engine = make_engine(settings.log_database_url, pool_size=2)
+        stack.push_async_callback(log_engine.dispose)
     redis = connect_redis(
         settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
     )
@@ -178,6 +183,7 @@ async def _open(
             redis, settings.create_rate_limit, settings.create_rate_burst
         ),
         files=Files(engine, file_store, file_links, file_settings),
+        log_engine=log_engine,
     )
     await lane.start()
     dispatcher.start()
@@ -215,6 +221,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(fleet.router)
     app.include_router(files.router)
     app.include_router(registry.router)
+    app.include_router(request_logs.router)
     app.include_router(blocks.router)
     app.include_router(graphs.router)
     app.include_router(health.router)

@@ -56,6 +56,8 @@ class Resources:
     create_limit: CreateRateLimit | None = None
     #: Uploads, file outputs' delivery, and file references in inputs (``tracker.files``).
     files: Files | None = None
+    #: The gateway's request log's database, when not this one.
+    log_engine: AsyncEngine | None = None
 
     @property
     def reads(self) -> AsyncEngine:

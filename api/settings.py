@@ -27,6 +27,13 @@ class ApiSettings(BaseSettings):
         None,
         validation_alias=AliasChoices("CONDUIT_DATABASE_READ_URL", "CONDUIT_API_DATABASE_READ_URL"),
     )
+    #: Where the gateway's request log is, when not in this database (``/logs/...``).
+    log_database_url: str | None = Field(
+        None,
+        validation_alias=AliasChoices(
+            "CONDUIT_GATEWAY_LOG_DATABASE_URL", "CONDUIT_API_LOG_DATABASE_URL"
+        ),
+    )
     #: Absolute base of the URLs the API hands out (``urls.get``, pagination cursors). Derived
     #: from each request's Host when unset; set it behind a proxy.
     public_url: str | None = Field(

@@ -89,10 +89,14 @@ class Aborted(GatewayError):
     code = grpc.StatusCode.ABORTED
 
 
-async def abort_with(context: grpc.aio.ServicerContext[Any, Any], error: BaseException) -> NoReturn:
-    """End the call with the status :func:`status_of` gives ``error`` (and its trailing
-    metadata, such as a quota's ``retry-after``)."""
-    code, message = status_of(error)
+async def abort_with(
+    context: grpc.aio.ServicerContext[Any, Any],
+    error: BaseException,
+    status: tuple[grpc.StatusCode, str] | None = None,
+) -> NoReturn:
+    """End the call with the status :func:`status_of` gives ``error`` (or ``status``, what it
+    gave already), and its trailing metadata, such as a quota's ``retry-after``."""
+    code, message = status or status_of(error)
     trailing = getattr(error, "trailing", ())
     if trailing:
         context.set_trailing_metadata(trailing)

@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from gateway.call_log import CURRENT_REQUEST, ORIGIN_ACCOUNT, ORIGIN_CLUSTER, PARENT_REQUEST
 from gateway.errors import DeadlineExceeded, GatewayError, Unavailable
 from gateway.proto.inference_pb2 import AIOSPacket, BlockInferencePacket, FileInfo
 from gateway.settings import GatewaySettings
@@ -34,8 +35,6 @@ from tracker.catalog import AccountInfo
 from tracker.catalog_cache import TTLCache
 
 METHOD = "/BlockInferenceService/infer"
-ORIGIN_ACCOUNT = "x-conduit-origin-account"
-ORIGIN_CLUSTER = "x-conduit-origin-cluster"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +133,9 @@ class Peers:
             ],
         )
         metadata = [(ORIGIN_ACCOUNT, account.name), (ORIGIN_CLUSTER, self.cluster_id)]
+        parent = CURRENT_REQUEST.get()
+        if parent is not None:
+            metadata.append((PARENT_REQUEST, str(parent)))
         if self.settings.peer_token:
             metadata.append(("authorization", f"Bearer {self.settings.peer_token}"))
         call = self._channel(remote.url).unary_unary(

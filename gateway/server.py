@@ -24,20 +24,24 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from core.ids import new_request_id
 from gateway import oip
 from gateway.auth import TokenAuth
+from gateway.call_log import CURRENT_REQUEST, LoggedCall, log_entry
 from gateway.cluster import ClusterMembership
-from gateway.errors import DeadlineExceeded, abort_with
+from gateway.errors import DeadlineExceeded, abort_with, status_of
 from gateway.execution import BlockExecutor
 from gateway.executor import Executor, TaskResult
 from gateway.oip_directory import BlockDirectory, ModelDirectory, NoModels
 from gateway.proto.inference_pb2 import DESCRIPTOR, AIOSPacket, BlockInferencePacket, FileInfo
 from gateway.quota import Quota
+from gateway.request_log import RequestLogWriter
 from gateway.resources import GatewayResources, open_resources
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
 from gateway.task import parse_packet
 from tracker.catalog import account_for_token
+from tracker.db import make_engine
 
 log = logging.getLogger(__name__)
 SERVICE = DESCRIPTOR.services_by_name["BlockInferenceService"].full_name
@@ -55,6 +59,7 @@ class InferenceService:
         settings: GatewaySettings,
         sessions: Sessions | None = None,
         quota: Quota | None = None,
+        request_log: RequestLogWriter | None = None,
     ) -> None:
         self.auth = auth
         self.executor = executor
@@ -63,17 +68,51 @@ class InferenceService:
         self.sessions = sessions
         #: Checked before a task is resolved or run; None: no quota.
         self.quota = quota
+        #: Where each call is logged; None: not logged.
+        self.request_log = request_log
 
     async def infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
+        call = LoggedCall(new_request_id(), time.time(), time.monotonic())
+        token = CURRENT_REQUEST.set(call.request_id)
         try:
-            return await self._infer(packet, context)
+            answer = await self._infer(packet, context, call)
         except asyncio.CancelledError:
+            self._log(call, packet, context, (grpc.StatusCode.CANCELLED, "canceled"))
             raise
         except Exception as error:
-            await abort_with(context, error)
+            status = status_of(error)
+            self._log(call, packet, context, status)
+            await abort_with(context, error, status)
+        else:
+            self._log(call, packet, context, (grpc.StatusCode.OK, None))
+            return answer
+        finally:
+            CURRENT_REQUEST.reset(token)
 
-    async def _infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
+    def _log(
+        self,
+        call: LoggedCall,
+        packet: BlockInferencePacket,
+        context: Context,
+        status: tuple[grpc.StatusCode, str | None],
+    ) -> None:
+        if self.request_log is None:
+            return
+        self.request_log.record(
+            log_entry(
+                call,
+                packet,
+                context.invocation_metadata(),
+                status,
+                self.settings.log_max_data_bytes,
+            )
+        )
+
+    async def _infer(
+        self, packet: BlockInferencePacket, context: Context, call: LoggedCall
+    ) -> AIOSPacket:
         account = await self.auth.account(context.invocation_metadata())
+        call.account_id = account.id
         task = parse_packet(packet)
         if self.quota is not None:
             await self.quota.check(account.id, task.session_id, task.block_id)
@@ -147,6 +186,7 @@ async def start(
     sessions: Sessions | None = None,
     directory: ModelDirectory | None = None,
     quota: Quota | None = None,
+    request_log: RequestLogWriter | None = None,
 ) -> Gateway:
     """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
     by ``directory``: none without one) and health."""
@@ -158,7 +198,7 @@ async def start(
         ]
     )
     server.add_generic_rpc_handlers(
-        [handler(InferenceService(auth, executor, settings, sessions, quota))]
+        [handler(InferenceService(auth, executor, settings, sessions, quota, request_log))]
     )
     server.add_generic_rpc_handlers(
         [
@@ -175,6 +215,27 @@ async def start(
     await health.set("", serving)
     await health.set(SERVICE, serving)
     return Gateway(server, health, bound)
+
+
+async def open_request_log(
+    stack: AsyncExitStack, settings: GatewaySettings, engine: AsyncEngine
+) -> RequestLogWriter | None:
+    """The request log's writer, started (closed by ``stack``), when the settings ask for it."""
+    if not settings.log:
+        return None
+    if settings.log_database_url:
+        engine = make_engine(settings.log_database_url, pool_size=2)
+        stack.push_async_callback(engine.dispose)
+    writer = RequestLogWriter(
+        engine,
+        settings.log_queue,
+        settings.log_batch,
+        settings.log_flush_interval,
+        settings.log_retention_days,
+    )
+    await writer.start()
+    stack.push_async_callback(writer.close)
+    return writer
 
 
 def token_auth(engine: AsyncEngine, settings: GatewaySettings) -> TokenAuth:
@@ -203,6 +264,7 @@ async def serve(
             membership = ClusterMembership(settings, resources.registry_engine, resources.engine)
             # The registry's quota_management_data may set limits at any time.
             quota = Quota(resources.redis, membership.limits, settings.quota_shadow)
+        request_log = await open_request_log(stack, settings, resources.engine)
         gateway = await start(
             settings,
             executor,
@@ -210,6 +272,7 @@ async def serve(
             sessions=sessions,
             directory=BlockDirectory(resources.catalog, settings.cache_ttl),
             quota=quota,
+            request_log=request_log,
         )
         if membership is not None:
             membership.url = settings.advertise_url or f"{settings.host}:{gateway.port}"

@@ -110,3 +110,17 @@ class GatewaySettings(BaseSettings):
     #: The bearer token this gateway presents to other clusters' gateways (an account of
     #: theirs); the caller's own account and cluster ride along in the call's metadata.
     peer_token: str | None = None
+    #: Log every ``infer`` call in ``block_inference`` (:mod:`gateway.request_log`): its
+    #: packet but the files, its status, error, latency and account; served by the api's
+    #: ``/logs/...``. Written off the hot path: a full queue or a failed write drops entries.
+    log: bool = False
+    #: The database the log goes to (default: this cluster's own; the api reads it from
+    #: there, ``CONDUIT_GATEWAY_LOG_DATABASE_URL`` in its environment too).
+    log_database_url: str | None = None
+    log_queue: int = Field(10_000, ge=1)
+    log_batch: int = Field(1000, ge=1)
+    log_flush_interval: float = Field(0.25, gt=0)
+    #: Days of log kept: older days' partitions are dropped.
+    log_retention_days: int = Field(7, ge=1)
+    #: A call whose ``data`` is larger is logged without it.
+    log_max_data_bytes: int = Field(MIB, ge=0)
