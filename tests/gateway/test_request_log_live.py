@@ -1,0 +1,214 @@
+"""The request log live: a gateway that logs (``CONDUIT_GATEWAY_LOG=true``) against the
+session's stack, its entries read through the api's seed paths (each filter, paging, own entries
+only, an admin's view of all); and a gateway whose log database is stopped still answers every
+call, its entries dropped and counted, and logs again once the database is back."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conduit import admin as conduit_admin
+from conduit.cli import migrate
+from core.ports import free_port
+from gateway.proto.inference_pb2 import BlockInferencePacket
+from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
+from gateway.request_log import RequestLogWriter
+from gateway.server import Gateway, start, token_auth
+from gateway.settings import GatewaySettings
+from tests.conftest import Stack
+from tests.fixtures.admin import Admin
+from tests.fixtures.gateway_stack import Live
+from tests.fixtures.processes import Launcher
+from tests.fixtures.servers import PostgresServer, create_database
+from tests.fixtures.waiting import until, wait_for
+from tests.gateway.conftest import EchoExecutor
+from tracker.db import make_engine
+from tracker.request_log import find
+
+
+@pytest.fixture(scope="module")
+def logging_gateway(live: Live, launcher: Launcher) -> Iterator[str]:
+    proc, address = launcher.gateway(
+        {"CONDUIT_GATEWAY_LOG": "true", "CONDUIT_GATEWAY_LOG_FLUSH_INTERVAL": "0.05"}
+    )
+    yield address
+    proc.stop()
+
+
+def infer(address: str, token: str, **fields: Any) -> grpc.StatusCode:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            BlockInferenceServiceStub(channel).infer(
+                BlockInferencePacket(**fields),
+                metadata=[("authorization", f"Bearer {token}")],
+                timeout=60,
+            )
+        except grpc.RpcError as error:
+            return error.code()  # type: ignore[attr-defined, no-any-return]
+    return grpc.StatusCode.OK
+
+
+def logs(stack: Stack, token: str, path: str, **params: Any) -> Any:
+    answer = httpx.get(
+        f"{stack.api_url}{path}",
+        params=params,
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_calls_are_logged_and_read_by_the_seeds_paths(
+    logging_gateway: str, live: Live, stack: Stack, token: str, admin: Admin
+) -> None:
+    session = f"sess-{uuid.uuid4().hex[:8]}"
+    for seq_no in (1, 2, 3):
+        data = json.dumps({"prompt": f"p{seq_no}"})
+        code = infer(
+            logging_gateway,
+            token,
+            block_id=live.block,
+            session_id=session,
+            seq_no=seq_no,
+            data=data,
+            frame_ptr=b"frame-1",
+        )
+        assert code == grpc.StatusCode.OK
+    missing = "blk-nosuch00"
+    assert infer(logging_gateway, token, block_id=missing, session_id=session, seq_no=4) == (
+        grpc.StatusCode.NOT_FOUND
+    )
+    found = wait_for(
+        lambda: (
+            len(rows := logs(stack, token, f"/logs/session/{session}")["results"]) == 4 and rows
+        ),
+        "the session's four calls logged",
+    )
+    assert [r["seq_no"] for r in found] == [1, 2, 3, 4]
+    assert [r["status"] for r in found] == ["OK", "OK", "OK", "NOT_FOUND"]
+    assert "no block" in found[3]["error"] and found[0]["error"] is None
+    assert json.loads(found[0]["data"]) == {"prompt": "p1"}
+    assert found[0]["frame_ptr"] == "frame-1" and found[0]["latency_ms"] > 0
+    assert uuid.UUID(found[0]["request_id"]).version == 7
+
+    one = logs(stack, token, f"/logs/request/{found[2]['request_id']}")["results"]
+    assert [r["seq_no"] for r in one] == [3]
+    on_block = logs(stack, token, f"/logs/block/{missing}")["results"]
+    assert [r["request_id"] for r in on_block] == [found[3]["request_id"]]
+    both = logs(stack, token, "/logs/session_block", session_id=session, block_id=live.block)
+    assert [r["seq_no"] for r in both["results"]] == [1, 2, 3]
+
+    first = logs(stack, token, f"/logs/session/{session}", limit=3)
+    assert [r["seq_no"] for r in first["results"]] == [1, 2, 3] and first["next"]
+    rest = logs(stack, token, f"/logs/session/{session}", limit=3, cursor=first["next"])
+    assert [r["seq_no"] for r in rest["results"]] == [4] and rest["next"] is None
+    later = logs(stack, token, f"/logs/session/{session}", since=found[3]["ts"])
+    assert [r["seq_no"] for r in later["results"]] == [4]
+
+    stranger = admin.create_account(f"log-other-{uuid.uuid4().hex[:6]}")
+    assert logs(stack, stranger, f"/logs/session/{session}")["results"] == []
+    root = admin._run(
+        lambda engine: conduit_admin.create_account(
+            engine, f"log-admin-{uuid.uuid4().hex[:6]}", True
+        )
+    )
+    assert len(logs(stack, root, f"/logs/session/{session}")["results"]) == 4
+    refused = httpx.get(
+        f"{stack.api_url}/logs/session/{session}",
+        params={"cursor": "nonsense"},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert refused.status_code == 400
+    assert httpx.get(f"{stack.api_url}/logs/session/{session}").status_code == 401
+
+
+@pytest.fixture
+def log_server() -> Iterator[PostgresServer]:
+    with tempfile.TemporaryDirectory(prefix="conduit-log-", ignore_cleanup_errors=True) as tmp:
+        root = Path(tmp)
+        root.chmod(0o711)  # a root-started postgres runs as user postgres and must enter it
+        server = PostgresServer(root / "postgres")
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+async def gateway_with_log(
+    engine: AsyncEngine, log_server: PostgresServer
+) -> AsyncIterator[tuple[Gateway, RequestLogWriter, AsyncEngine]]:
+    url = create_database(log_server.url, "log")
+    migrate(url)
+    log_engine = make_engine(url, pool_size=2)
+    writer = RequestLogWriter(log_engine, flush_interval=0.05)
+    await writer.start()
+    settings = GatewaySettings(default_deadline=5.0)
+    served = await start(
+        settings, EchoExecutor(), token_auth(engine, settings), free_port(), request_log=writer
+    )
+    yield served, writer, log_engine
+    await served.stop(None)
+    await writer.close(timeout=1)
+    await log_engine.dispose()
+
+
+async def test_inference_answers_with_the_log_database_stopped(
+    gateway_with_log: tuple[Gateway, RequestLogWriter, AsyncEngine],
+    log_server: PostgresServer,
+    token: str,
+) -> None:
+    served, writer, log_engine = gateway_with_log
+
+    async def call(session: str, n: int) -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{served.port}") as channel:
+            stub = BlockInferenceServiceStub(channel)
+            for seq_no in range(1, n + 1):
+                packet = BlockInferencePacket(
+                    block_id="blk-abcdefgh", session_id=session, seq_no=seq_no
+                )
+                await stub.infer(
+                    packet, metadata=[("authorization", f"Bearer {token}")], timeout=10
+                )
+
+    await call("before", 3)
+    await until(lambda: _logged(log_engine, "before", 3), "the first calls logged")
+    log_server.stop()
+    await call("during", 20)  # every one answers: none waits on the log
+
+    def failed() -> float:
+        return (
+            writer.registry.get_sample_value(
+                "conduit_gateway_log_dropped_total", {"reason": "write_failed"}
+            )
+            or 0.0
+        )
+
+    await until(lambda: _true(failed() == 20), "the entries of the outage dropped and counted")
+    log_server.start()
+    await call("after", 3)
+    await until(lambda: _logged(log_engine, "after", 3), "logging again once the database is back")
+    assert await find(log_engine, account_id=None, session_id="during") == []
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _logged(engine: AsyncEngine, session: str, n: int) -> bool:
+    try:
+        return len(await find(engine, account_id=None, session_id=session)) == n
+    except Exception:
+        return False
