@@ -7,6 +7,7 @@ routed to, its record kept and marked."""
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -306,3 +307,59 @@ def test_search_refusals_name_the_query(
         search(clusters, search_query(cluster, blocks, policy))
     assert refused.value.code() == code  # type: ignore[attr-defined]
     assert field in refused.value.details()  # type: ignore[attr-defined]
+
+
+def test_the_quota_is_read_from_the_registry(clusters: TwoClusters) -> None:
+    """An operator sets cluster-123's ``quota_management_data`` in its registry record; its
+    gateway enforces it from its next heartbeat: the session's third task is over quota."""
+    engine = create_engine(
+        clusters.a.database_url.replace("postgresql://", "postgresql+psycopg://")
+    )
+    quota = "{inference_server_metadata,quota_management_data}"
+    mine = "doc #>> '{inference_server_metadata,cluster_id}' = :c"
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    f"UPDATE inference_servers SET doc = jsonb_set(doc, '{quota}',"
+                    f" CAST(:q AS jsonb)) WHERE {mine}"
+                ),
+                {"c": CLUSTER_A, "q": json.dumps({"requests_per_session_id": 2, "window": 60})},
+            )
+
+        def refused_third() -> bool:
+            session = f"q-{uuid.uuid4().hex[:8]}"  # each try a session of its own
+            codes = []
+            for seq_no in (1, 2, 3):
+                packet = BlockInferencePacket(
+                    block_id=A_BLOCKS[0], session_id=session, seq_no=seq_no
+                )
+                codes.append(_code(clusters, packet))
+            return codes == [
+                grpc.StatusCode.OK,
+                grpc.StatusCode.OK,
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+            ]
+
+        wait_for(refused_third, "the registry's quota enforced")
+    finally:
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    f"UPDATE inference_servers SET doc = jsonb_set(doc, '{quota}', '{{}}')"
+                    f" WHERE {mine}"
+                ),
+                {"c": CLUSTER_A},
+            )
+        engine.dispose()
+
+
+def _code(clusters: TwoClusters, packet: BlockInferencePacket) -> grpc.StatusCode:
+    with grpc.insecure_channel(clusters.a.address) as channel:
+        try:
+            BlockInferenceServiceStub(channel).infer(
+                packet, metadata=[("authorization", f"Bearer {clusters.user[1]}")], timeout=60
+            )
+        except grpc.RpcError as error:
+            return error.code()  # type: ignore[attr-defined, no-any-return]
+    return grpc.StatusCode.OK
