@@ -60,8 +60,9 @@ def test_v1_routes_need_the_bearer_token_and_health_does_not() -> None:
         "description": DOC["components"]["securitySchemes"]["bearer"]["description"],
     }
     for method, path, operation in OPERATIONS:
-        # The inference server registry keeps the seed's own paths, outside /v1.
-        if path.startswith(("/v1/", "/inference_server")):
+        # The inference server registry and the request log keep the seed's own paths,
+        # outside /v1.
+        if path.startswith(("/v1/", "/inference_server", "/logs/")):
             # A stream's capability URL opens it without a token (``tracker.capabilities``).
             anonymous: list[dict[str, Any]] = [{}] if path.endswith("/stream") else []
             assert operation["security"] == [{"bearer": []}, *anonymous], (method, path)
