@@ -6,6 +6,9 @@ call, its entries dropped and counted, and logs again once the database is back.
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
+import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -212,3 +215,62 @@ async def _logged(engine: AsyncEngine, session: str, n: int) -> bool:
         return len(await find(engine, account_id=None, session_id=session)) == n
     except Exception:
         return False
+
+
+# The seed's examples, verbatim.
+SEED_LOG_EXAMPLES = (
+    'curl -X GET "<server-url>/logs/session/<session_id>"',
+    'curl -X GET "<server-url>/logs/request/<request_id>"',
+    'curl -X GET "<server-url>/logs/block/<block_id>"',
+    'curl -X GET "<server-url>/logs/session_block?session_id=<session_id>&block_id=<block_id>"',
+)
+
+
+def test_the_seeds_log_examples(logging_gateway: str, live: Live, stack: Stack, token: str) -> None:
+    """Each of the seed's log requests, as the seed writes it (through ``curl`` when it is
+    installed, a bearer token added), answers the entries it names."""
+    session = f"sess-{uuid.uuid4().hex[:8]}"
+    for seq_no in (1, 2):
+        code = infer(logging_gateway, token, block_id=live.block, session_id=session, seq_no=seq_no)
+        assert code == grpc.StatusCode.OK
+    rows = wait_for(
+        lambda: (
+            len(found := logs(stack, token, f"/logs/session/{session}")["results"]) == 2 and found
+        ),
+        "the session's calls logged",
+    )
+    values = {
+        "<server-url>": stack.api_url,
+        "<session_id>": session,
+        "<request_id>": rows[1]["request_id"],
+        "<block_id>": live.block,
+    }
+    expected = [[1, 2], [2], None, [1, 2]]
+    for example, seq_nos in zip(SEED_LOG_EXAMPLES, expected, strict=True):
+        command = example
+        for placeholder, value in values.items():
+            command = command.replace(placeholder, value)
+        answer = _run_example(command, token)
+        mine = [r["seq_no"] for r in answer["results"] if r["session_id"] == session]
+        if seq_nos is None:  # the block's log: this session's among the block's other calls
+            assert mine == [1, 2]
+        else:
+            assert mine == seq_nos
+            assert all(r["session_id"] == session for r in answer["results"])
+
+
+def _run_example(command: str, token: str) -> Any:
+    if shutil.which("curl") is not None:
+        auth = shlex.quote(f"Authorization: Bearer {token}")
+        run = subprocess.run(
+            ["bash", "-c", f"{command} -H {auth} -sS --fail-with-body"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return json.loads(run.stdout)
+    url = shlex.split(command)[3]
+    answer = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    answer.raise_for_status()
+    return answer.json()
