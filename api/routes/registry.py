@@ -181,7 +181,7 @@ async def delete_inference_server(
 @router.post(
     "/inference_server/{server_id}/heartbeat",
     response_model=InferenceServer,
-    responses={**problems(401, 404, 422, 503), 403: ADMINS_ONLY},
+    responses={**problems(400, 401, 404, 413, 422, 503), 403: ADMINS_ONLY},
     openapi_extra=operation(),
 )
 async def heartbeat_inference_server(
