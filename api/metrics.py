@@ -17,7 +17,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
-from aiohttp import web
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Histogram
@@ -27,8 +26,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.deps import Resources
 from api.errors import NotFound
-from core.metrics import ProcessMetrics
+from core.metrics import MetricsServer, ProcessMetrics
 from lane.metrics import LaneCollector, LaneWait
+
+__all__ = ["ApiMetrics", "MetricsServer"]
 
 #: Latency buckets (s): the API's own answers take milliseconds; ``Prefer: wait`` up to 60 s.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -150,30 +151,3 @@ async def metrics(request: Request) -> Response:
         raise NotFound("metrics are served on their own port")
     body = request.app.state.metrics.exposition()
     return Response(body, media_type=CONTENT_TYPE_LATEST)
-
-
-class MetricsServer:
-    """``/metrics`` alone on a port of its own, in the api's event loop."""
-
-    def __init__(self, metrics: ApiMetrics, host: str, port: int) -> None:
-        self.metrics = metrics
-        self.host = host
-        self.port = port
-        self._runner: web.AppRunner | None = None
-
-    async def _serve(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
-
-    async def start(self) -> None:
-        app = web.Application()
-        app.router.add_get("/metrics", self._serve)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()

@@ -10,7 +10,8 @@ registered on its registry.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, generate_latest
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.registry import Collector
 
 
@@ -27,3 +28,30 @@ class ProcessMetrics:
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
         return generate_latest(self.registry)
+
+
+class MetricsServer:
+    """``/metrics`` alone on a port of its own, in the process's event loop."""
+
+    def __init__(self, metrics: ProcessMetrics, host: str, port: int) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._runner: web.AppRunner | None = None
+
+    async def _serve(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/metrics", self._serve)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

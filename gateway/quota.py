@@ -288,12 +288,14 @@ class Quota:
         self._failing = False
 
     @classmethod
-    def configured(cls, redis: Redis, settings: GatewaySettings) -> Quota | None:
+    def configured(
+        cls, redis: Redis, settings: GatewaySettings, registry: CollectorRegistry | None = None
+    ) -> Quota | None:
         """The quota the settings ask for, or None when they set no limit."""
         limits = QuotaLimits.from_settings(settings)
         if limits.empty:
             return None
-        return cls(redis, lambda: limits, settings.quota_shadow)
+        return cls(redis, lambda: limits, settings.quota_shadow, registry=registry)
 
     async def check(self, account_id: int, session_id: str, block_id: str) -> None:
         """Count one task; :class:`ResourceExhausted` when it is over quota (in shadow mode,

@@ -25,6 +25,7 @@ from grpc_health.v1.health import aio as health_aio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.ids import new_request_id
+from core.metrics import MetricsServer
 from gateway import oip
 from gateway.auth import TokenAuth
 from gateway.call_log import CURRENT_REQUEST, LoggedCall, log_entry
@@ -32,6 +33,7 @@ from gateway.cluster import ClusterMembership
 from gateway.errors import DeadlineExceeded, abort_with, status_of
 from gateway.execution import BlockExecutor
 from gateway.executor import Executor, TaskResult
+from gateway.metrics import GatewayMetrics
 from gateway.oip_directory import BlockDirectory, ModelDirectory, NoModels
 from gateway.proto.inference_pb2 import DESCRIPTOR, AIOSPacket, BlockInferencePacket, FileInfo
 from gateway.quota import Quota
@@ -60,6 +62,7 @@ class InferenceService:
         sessions: Sessions | None = None,
         quota: Quota | None = None,
         request_log: RequestLogWriter | None = None,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self.auth = auth
         self.executor = executor
@@ -70,6 +73,7 @@ class InferenceService:
         self.quota = quota
         #: Where each call is logged; None: not logged.
         self.request_log = request_log
+        self.metrics = metrics
 
     async def infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
         call = LoggedCall(new_request_id(), time.time(), time.monotonic())
@@ -77,25 +81,28 @@ class InferenceService:
         try:
             answer = await self._infer(packet, context, call)
         except asyncio.CancelledError:
-            self._log(call, packet, context, (grpc.StatusCode.CANCELLED, "canceled"))
+            self._done(call, packet, context, (grpc.StatusCode.CANCELLED, "canceled"))
             raise
         except Exception as error:
             status = status_of(error)
-            self._log(call, packet, context, status)
+            self._done(call, packet, context, status)
             await abort_with(context, error, status)
         else:
-            self._log(call, packet, context, (grpc.StatusCode.OK, None))
+            self._done(call, packet, context, (grpc.StatusCode.OK, None))
             return answer
         finally:
             CURRENT_REQUEST.reset(token)
 
-    def _log(
+    def _done(
         self,
         call: LoggedCall,
         packet: BlockInferencePacket,
         context: Context,
         status: tuple[grpc.StatusCode, str | None],
     ) -> None:
+        """Count the call and log it."""
+        if self.metrics is not None:
+            self.metrics.observe(status[0].name, time.monotonic() - call.started)
         if self.request_log is None:
             return
         self.request_log.record(
@@ -187,6 +194,7 @@ async def start(
     directory: ModelDirectory | None = None,
     quota: Quota | None = None,
     request_log: RequestLogWriter | None = None,
+    metrics: GatewayMetrics | None = None,
 ) -> Gateway:
     """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
     by ``directory``: none without one) and health."""
@@ -198,7 +206,7 @@ async def start(
         ]
     )
     server.add_generic_rpc_handlers(
-        [handler(InferenceService(auth, executor, settings, sessions, quota, request_log))]
+        [handler(InferenceService(auth, executor, settings, sessions, quota, request_log, metrics))]
     )
     server.add_generic_rpc_handlers(
         [
@@ -218,7 +226,10 @@ async def start(
 
 
 async def open_request_log(
-    stack: AsyncExitStack, settings: GatewaySettings, engine: AsyncEngine
+    stack: AsyncExitStack,
+    settings: GatewaySettings,
+    engine: AsyncEngine,
+    metrics: GatewayMetrics | None = None,
 ) -> RequestLogWriter | None:
     """The request log's writer, started (closed by ``stack``), when the settings ask for it."""
     if not settings.log:
@@ -232,6 +243,7 @@ async def open_request_log(
         settings.log_batch,
         settings.log_flush_interval,
         settings.log_retention_days,
+        metrics.registry if metrics is not None else None,
     )
     await writer.start()
     stack.push_async_callback(writer.close)
@@ -258,13 +270,20 @@ async def serve(
         sessions = Sessions(
             resources.redis, settings.session_ttl, settings.session_answer_max_bytes
         )
+        metrics = GatewayMetrics()
+        if settings.metrics_port is not None:
+            metrics_server = MetricsServer(metrics, settings.metrics_host, settings.metrics_port)
+            await metrics_server.start()
+            stack.push_async_callback(metrics_server.stop)
         membership: ClusterMembership | None = None
-        quota = Quota.configured(resources.redis, settings)
+        quota = Quota.configured(resources.redis, settings, metrics.registry)
         if resources.registry_engine is not None:
             membership = ClusterMembership(settings, resources.registry_engine, resources.engine)
             # The registry's quota_management_data may set limits at any time.
-            quota = Quota(resources.redis, membership.limits, settings.quota_shadow)
-        request_log = await open_request_log(stack, settings, resources.engine)
+            quota = Quota(
+                resources.redis, membership.limits, settings.quota_shadow, registry=metrics.registry
+            )
+        request_log = await open_request_log(stack, settings, resources.engine, metrics)
         gateway = await start(
             settings,
             executor,
@@ -273,6 +292,7 @@ async def serve(
             directory=BlockDirectory(resources.catalog, settings.cache_ttl),
             quota=quota,
             request_log=request_log,
+            metrics=metrics,
         )
         if membership is not None:
             membership.url = settings.advertise_url or f"{settings.host}:{gateway.port}"

@@ -110,6 +110,9 @@ class GatewaySettings(BaseSettings):
     #: The bearer token this gateway presents to other clusters' gateways (an account of
     #: theirs); the caller's own account and cluster ride along in the call's metadata.
     peer_token: str | None = None
+    #: Serve ``/metrics`` (Prometheus) on this port (unset: not served) and host.
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_host: str = "127.0.0.1"
     #: Log every ``infer`` call in ``block_inference`` (:mod:`gateway.request_log`): its
     #: packet but the files, its status, error, latency and account; served by the api's
     #: ``/logs/...``. Written off the hot path: a full queue or a failed write drops entries.

@@ -6,6 +6,7 @@ call, its entries dropped and counted, and logs again once the database is back.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import subprocess
@@ -38,11 +39,17 @@ from tests.gateway.conftest import EchoExecutor
 from tracker.db import make_engine
 from tracker.request_log import find
 
+METRICS_PORT = free_port()
+
 
 @pytest.fixture(scope="module")
 def logging_gateway(live: Live, launcher: Launcher) -> Iterator[str]:
     proc, address = launcher.gateway(
-        {"CONDUIT_GATEWAY_LOG": "true", "CONDUIT_GATEWAY_LOG_FLUSH_INTERVAL": "0.05"}
+        {
+            "CONDUIT_GATEWAY_LOG": "true",
+            "CONDUIT_GATEWAY_LOG_FLUSH_INTERVAL": "0.05",
+            "CONDUIT_GATEWAY_METRICS_PORT": str(METRICS_PORT),
+        }
     )
     yield address
     proc.stop()
@@ -134,6 +141,23 @@ def test_calls_are_logged_and_read_by_the_seeds_paths(
     )
     assert refused.status_code == 400
     assert httpx.get(f"{stack.api_url}/logs/session/{session}").status_code == 401
+
+
+def test_the_gateway_serves_its_metrics(logging_gateway: str, live: Live, token: str) -> None:
+    """Calls by status, their latency, and the log's rows, on ``/metrics``."""
+    assert infer(logging_gateway, token, block_id=live.block) == grpc.StatusCode.OK
+    assert infer(logging_gateway, token, block_id="blk-nosuch00") == grpc.StatusCode.NOT_FOUND
+    url = f"http://127.0.0.1:{METRICS_PORT}/metrics"
+
+    def rows_written() -> bool:
+        found = re.search(r"^conduit_gateway_log_rows_total (\S+)$", httpx.get(url).text, re.M)
+        return found is not None and float(found[1]) >= 2
+
+    wait_for(rows_written, "the log's rows counted")
+    body = httpx.get(url).text
+    assert re.search(r'^conduit_gateway_calls_total\{status="OK"\} [1-9]', body, re.M)
+    assert re.search(r'^conduit_gateway_calls_total\{status="NOT_FOUND"\} [1-9]', body, re.M)
+    assert "conduit_gateway_call_seconds_bucket" in body
 
 
 @pytest.fixture
