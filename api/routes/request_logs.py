@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import base64
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from api.deps import AccountDep, ResourcesDep
 from api.errors import InvalidRequest
@@ -27,11 +28,20 @@ from tracker.render import iso
 
 router = APIRouter(default_response_class=FastJSONResponse)
 
-Since = Annotated[datetime | None, Query(description="Entries at or after (ISO 8601).")]
-Until = Annotated[datetime | None, Query(description="Entries before (ISO 8601).")]
-Cursor = Annotated[str | None, Query(description="The `next` of the page before.")]
-Limit = Annotated[int, Query(ge=1, le=1000)]
 RESPONSES = problems(400, 401, 422, 503)
+
+
+@dataclass
+class LogPage:
+    """The paging every log path takes."""
+
+    since: Annotated[datetime | None, Query(description="Entries at or after (ISO 8601).")] = None
+    until: Annotated[datetime | None, Query(description="Entries before (ISO 8601).")] = None
+    cursor: Annotated[str | None, Query(description="The `next` of the page before.")] = None
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100
+
+
+Page = Annotated[LogPage, Depends()]
 
 
 def _text(value: bytes | None) -> str | None:
@@ -64,14 +74,9 @@ def _render(row: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _page(
-    account: AccountDep,
-    resources: ResourcesDep,
-    since: datetime | None,
-    until: datetime | None,
-    cursor: str | None,
-    limit: int,
-    **filters: Any,
+    account: AccountDep, resources: ResourcesDep, page: LogPage, **filters: Any
 ) -> FastJSONResponse:
+    since, until, cursor, limit = page.since, page.until, page.cursor, page.limit
     for name, value in (("since", since), ("until", until)):
         if value is not None and value.tzinfo is None:
             raise InvalidRequest(f"{name} needs its UTC offset (e.g. Z)")
@@ -104,13 +109,10 @@ async def logs_of_session(
     session_id: str,
     account: AccountDep,
     resources: ResourcesDep,
-    since: Since = None,
-    until: Until = None,
-    cursor: Cursor = None,
-    limit: Limit = 100,
+    page: Page,
 ) -> FastJSONResponse:
     """Every logged call of a session."""
-    return await _page(account, resources, since, until, cursor, limit, session_id=session_id)
+    return await _page(account, resources, page, session_id=session_id)
 
 
 @router.get("/logs/request/{request_id}", responses=RESPONSES, openapi_extra=operation())
@@ -118,13 +120,10 @@ async def logs_of_request(
     request_id: uuid.UUID,
     account: AccountDep,
     resources: ResourcesDep,
-    since: Since = None,
-    until: Until = None,
-    cursor: Cursor = None,
-    limit: Limit = 100,
+    page: Page,
 ) -> FastJSONResponse:
     """The entry of one call (its request id), or none."""
-    return await _page(account, resources, since, until, cursor, limit, request_id=request_id)
+    return await _page(account, resources, page, request_id=request_id)
 
 
 @router.get("/logs/block/{block_id}", responses=RESPONSES, openapi_extra=operation())
@@ -132,13 +131,10 @@ async def logs_of_block(
     block_id: str,
     account: AccountDep,
     resources: ResourcesDep,
-    since: Since = None,
-    until: Until = None,
-    cursor: Cursor = None,
-    limit: Limit = 100,
+    page: Page,
 ) -> FastJSONResponse:
     """Every logged call on a block."""
-    return await _page(account, resources, since, until, cursor, limit, block_id=block_id)
+    return await _page(account, resources, page, block_id=block_id)
 
 
 @router.get("/logs/session_block", responses=RESPONSES, openapi_extra=operation())
@@ -147,19 +143,7 @@ async def logs_of_session_block(
     block_id: Annotated[str, Query()],
     account: AccountDep,
     resources: ResourcesDep,
-    since: Since = None,
-    until: Until = None,
-    cursor: Cursor = None,
-    limit: Limit = 100,
+    page: Page,
 ) -> FastJSONResponse:
     """Every logged call of a session on a block."""
-    return await _page(
-        account,
-        resources,
-        since,
-        until,
-        cursor,
-        limit,
-        session_id=session_id,
-        block_id=block_id,
-    )
+    return await _page(account, resources, page, session_id=session_id, block_id=block_id)

@@ -5,10 +5,6 @@ naming each operator or path the registry cannot apply."""
 
 from __future__ import annotations
 
-import json
-import shlex
-import shutil
-import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +16,7 @@ import pytest
 from conduit import admin as conduit_admin
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem
+from tests.fixtures.curl import run_curl
 from tests.fixtures.processes import Launcher
 
 SEED_ID = "d4e8c3f0-7c8d-4a2e-b23e-2d4b6789abcd"
@@ -104,28 +101,7 @@ class World:
     def example(self, command: str, server_id: str = SEED_ID) -> Answer:
         """The seed's ``curl`` example against this api, with the admin's bearer token."""
         command = command.replace("<server-url>", self.api_url).replace(SEED_ID, server_id)
-        if shutil.which("curl") is not None:
-            auth = shlex.quote(f"Authorization: Bearer {self.admin_token}")
-            run = subprocess.run(
-                ["bash", "-c", f"{command} -H {auth} -sS -w '\\n%{{http_code}}'"],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=True,
-            )
-            body, _, status = run.stdout.rpartition("\n")
-            return Answer(int(status), json.loads(body) if body else None)
-        return self._through_httpx(command)
-
-    def _through_httpx(self, command: str) -> Answer:
-        words = shlex.split(command.replace("\\\n", " "))
-        method, url = words[2], words[3]
-        data = words[words.index("-d") + 1] if "-d" in words else None
-        with self.client(self.admin_token) as http:
-            response = http.request(
-                method, url, content=data, headers={"Content-Type": "application/json"}
-            )
-        return Answer(response.status_code, response.json() if response.content else None)
+        return Answer(*run_curl(command, self.admin_token))
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
-import shutil
-import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -31,6 +28,7 @@ from gateway.server import Gateway, start, token_auth
 from gateway.settings import GatewaySettings
 from tests.conftest import Stack
 from tests.fixtures.admin import Admin
+from tests.fixtures.curl import run_curl
 from tests.fixtures.gateway_stack import Live
 from tests.fixtures.processes import Launcher
 from tests.fixtures.servers import PostgresServer, create_database
@@ -274,27 +272,11 @@ def test_the_seeds_log_examples(logging_gateway: str, live: Live, stack: Stack, 
         command = example
         for placeholder, value in values.items():
             command = command.replace(placeholder, value)
-        answer = _run_example(command, token)
+        status, answer = run_curl(command, token)
+        assert status == 200, answer
         mine = [r["seq_no"] for r in answer["results"] if r["session_id"] == session]
         if seq_nos is None:  # the block's log: this session's among the block's other calls
             assert mine == [1, 2]
         else:
             assert mine == seq_nos
             assert all(r["session_id"] == session for r in answer["results"])
-
-
-def _run_example(command: str, token: str) -> Any:
-    if shutil.which("curl") is not None:
-        auth = shlex.quote(f"Authorization: Bearer {token}")
-        run = subprocess.run(
-            ["bash", "-c", f"{command} -H {auth} -sS --fail-with-body"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        return json.loads(run.stdout)
-    url = shlex.split(command)[3]
-    answer = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-    answer.raise_for_status()
-    return answer.json()
