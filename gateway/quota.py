@@ -15,9 +15,12 @@ Redis's own clock (``TIME``), so the replicas share one count and need no clock 
 
 **Scopes.** The gateway, an account, a session, a block: each has its own hash tag
 (``tracker.keys.quota_*_keys``), so a Redis Cluster spreads them, and the limits of one scope
-are checked and counted together by one script call on one slot. The limits of one task span
-up to four scopes, which one script cannot name in a cluster, so a check is one call per scope,
-narrowest first (session, block, account, gateway), stopping at the first refusal; a scope
+are checked and counted together by one script call on one slot. On one Redis (or one behind
+Sentinel) every scope of a task goes in one script call: all its limits are checked, and
+counted only if every one admits the task (one round trip, atomic, nothing to give back); a
+refusal names the limit whose room comes last. The limits of one task span up to four scopes,
+which one script cannot name in a cluster, so there a check is one call per scope, narrowest
+first (session, block, account, gateway), stopping at the first refusal; a scope
 that refuses counts nothing, and the scopes that admitted before it are given their request
 back (a *refund*: the same bucket decremented). This is still exact where it matters:
 
@@ -58,6 +61,7 @@ from typing import Any, NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 from gateway.errors import ResourceExhausted
@@ -286,6 +290,9 @@ class Quota:
         self.clock = clock
         self._script = redis.register_script(_WINDOWS)
         self._failing = False
+        #: One Redis (or one behind Sentinel): every key on one server, so one script call
+        #: checks and counts all the scopes of a task; a Cluster needs a call per scope.
+        self.one_call = not isinstance(redis, RedisCluster)
 
     @classmethod
     def configured(
@@ -320,9 +327,13 @@ class Quota:
         limits = self.limits()
         if limits is None or limits.empty:
             return None
+        found = scopes(limits, account_id, session_id, block_id)
+        if self.one_call and len(found) > 1:
+            # Every scope in one script call: nothing counts unless all admit.
+            found = [[window for scope in found for window in scope]]
         admitted: list[tuple[list[Window], str]] = []
         try:
-            for scope in scopes(limits, account_id, session_id, block_id):
+            for scope in found:
                 reply = await self._call(scope, "check")
                 if int(reply[0]):
                     admitted.append((scope, _text(reply[1])))

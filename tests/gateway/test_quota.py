@@ -178,12 +178,21 @@ async def test_no_window_ever_holds_more_than_the_limit(redis: Redis) -> None:
     assert len(admitted) > 100  # the limit admits, it does not only refuse
 
 
-async def test_a_wider_refusal_gives_the_narrower_scopes_their_count_back(redis: Redis) -> None:
+#: How a check reaches Redis: every scope in one script call (one Redis, or Sentinel), or a
+#: call per scope with refunds (what a Redis Cluster needs).
+CALL_MODES = pytest.mark.parametrize("one_call", [True, False], ids=["one call", "per scope"])
+
+
+@CALL_MODES
+async def test_a_wider_refusal_gives_the_narrower_scopes_their_count_back(
+    redis: Redis, one_call: bool
+) -> None:
     account, session, block = ids()
     clock = Clock()
     limits = QuotaLimits(requests_per_second_per_session=1, requests_per_second_total=1)
     current: list[QuotaLimits] = [limits]
     quota = Quota(redis, lambda: current[0], clock=clock)
+    quota.one_call = one_call
     assert await quota.admit(account, f"{session}-a", block) is None
     refusal = await quota.admit(account, f"{session}-b", block)
     assert refusal is not None and refusal.window.name == "requests_per_second_total"
@@ -193,11 +202,15 @@ async def test_a_wider_refusal_gives_the_narrower_scopes_their_count_back(redis:
     assert await quota.admit(account, f"{session}-b", block) is not None
 
 
-async def test_a_narrow_refusal_never_counts_in_the_wider_scopes(redis: Redis) -> None:
+@CALL_MODES
+async def test_a_narrow_refusal_never_counts_in_the_wider_scopes(
+    redis: Redis, one_call: bool
+) -> None:
     account, session, block = ids()
     clock = Clock()
     limits = QuotaLimits(requests_per_second_per_session=1, requests_per_second_total=2)
     quota = quota_at(redis, limits, clock)
+    quota.one_call = one_call
     assert await quota.admit(account, f"{session}-a", block) is None
     for _ in range(5):  # session a floods: refused by its own limit
         refused = await quota.admit(account, f"{session}-a", block)
