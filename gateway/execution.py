@@ -24,18 +24,13 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable
-from datetime import UTC, datetime, timedelta
 from typing import Any
-
-import orjson
 
 from core.ids import new_prediction_id
 from director.submit import submit
 from gateway import block_input
 from gateway.destinations import Destination, Destinations, unknown_block
 from gateway.errors import (
-    Aborted,
-    Cancelled,
     FailedPrecondition,
     InvalidArgument,
     ResourceExhausted,
@@ -46,15 +41,15 @@ from gateway.graph import GraphPlan, plan_graph, run_graph
 from gateway.lane_runs import run_on_lane
 from gateway.named_graph import GRAPH_ID, RefusedGraph, compile_graph, run_named_graph
 from gateway.peers import PeerAnswer, RemoteBlock
+from gateway.prediction_end import cancel_prediction, final_state, outcome, wall_deadline
 from gateway.resources import GatewayResources
 from gateway.search_routes import SearchRoutes
 from gateway.session_routes import SessionRoutes, graph_digest
 from gateway.task import InputFile, Task
-from tracker import named_graphs, store
+from tracker import named_graphs
 from tracker.catalog import AccountInfo
 from tracker.events import EventType
 from tracker.input_checks import RefusedInput, canonical_input, check_input
-from tracker.states import Status
 from tracker.store import NewPrediction
 
 log = logging.getLogger(__name__)
@@ -63,10 +58,6 @@ log = logging.getLogger(__name__)
 Route = Destination | RemoteBlock
 #: What ``predictions.source`` says of the predictions the gateway makes.
 SOURCE = "gateway"
-#: Seconds a prediction outlives its call's deadline (see :func:`_wall_deadline`).
-DEADLINE_GRACE = 1.0
-#: How the director's error begins when the runner refused a prediction's input.
-INPUT_REJECTED = "Invalid input:"
 
 
 class BlockExecutor:
@@ -224,7 +215,7 @@ class BlockExecutor:
             webhook=None,
             webhook_events_filter=None,
             target=destination.target.name,
-            deadline=_wall_deadline(deadline),
+            deadline=wall_deadline(deadline),
             source=SOURCE,
             graph=graph,
         )
@@ -243,9 +234,10 @@ class BlockExecutor:
                     yield event.data
                 elif event.type is EventType.DONE:
                     finished = True
-                    output = _outcome(
-                        block.id, await self._final(account, new.id, event.prediction)
+                    final = await final_state(
+                        resources.engine, account.id, new.id, event.prediction
                     )
+                    output = outcome(block.id, final)
                     if not streaming or chunks == 0:
                         yield output
                     return
@@ -255,28 +247,7 @@ class BlockExecutor:
             if not finished:
                 # The call ended first (canceled, out of time, the gateway stopping): so does
                 # the prediction; shielded, so that the cancel is sent whatever cancels us.
-                await asyncio.shield(self._cancel(account.id, new.id))
-
-    async def _final(self, account: AccountInfo, prediction_id: str, final: str | None) -> Any:
-        if final is not None:
-            return orjson.loads(final)
-        row = await store.get_for_account(self.resources.engine, account.id, prediction_id)
-        return dict(row) if row is not None else {"status": Status.ABORTED, "error": None}
-
-    async def _cancel(self, account_id: int, prediction_id: str) -> None:
-        resources = self.resources
-        try:
-            row, canceled_now = await store.request_cancel(
-                resources.engine, account_id, prediction_id
-            )
-            if row is None:
-                return
-            if not Status(row["status"]).is_terminal:
-                await resources.queue.publish_cancel(prediction_id)
-            elif canceled_now:
-                await resources.events.finish(prediction_id, row["status"], None)
-        except Exception:  # the call is over either way; the deadline still ends it
-            log.warning("could not cancel prediction %s", prediction_id, exc_info=True)
+                await asyncio.shield(cancel_prediction(resources, account.id, new.id))
 
     # -- graphs -----------------------------------------------------------------------------
 
@@ -392,25 +363,3 @@ class BlockExecutor:
 
         until = deadline if deadline is not None else time.monotonic() + settings.default_deadline
         return await run_named_graph(compiled, data, run_step, until, settings.graph_max_inflight)
-
-
-def _wall_deadline(deadline: float | None) -> datetime | None:
-    """The prediction's own deadline: the call's, plus ``DEADLINE_GRACE``. The call ends
-    first and cancels the prediction; the prediction's deadline ends it if the gateway died."""
-    if deadline is None:
-        return None
-    left = max(0.0, deadline - time.monotonic()) + DEADLINE_GRACE
-    return datetime.now(UTC) + timedelta(seconds=left)
-
-
-def _outcome(block_id: str, prediction: dict[str, Any]) -> Any:
-    """The output of a finished prediction, or the status its failure ends the call with."""
-    status = prediction.get("status")
-    if status == Status.SUCCEEDED:
-        return prediction.get("output")
-    error = prediction.get("error")
-    if status == Status.CANCELED:
-        raise Cancelled(f"block {block_id}'s prediction was canceled")
-    if isinstance(error, str) and error.startswith(INPUT_REJECTED):
-        raise InvalidArgument(f"block {block_id} refused its input: {error}")
-    raise Aborted(f"block {block_id} failed: {error or status}")

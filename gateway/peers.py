@@ -100,14 +100,7 @@ class Peers:
     def _channel(self, url: str) -> grpc.aio.Channel:
         channel = self._channels.get(url)
         if channel is None:
-            limit = self.settings.max_message_bytes
-            channel = grpc.aio.insecure_channel(
-                url,
-                options=[
-                    ("grpc.max_receive_message_length", limit),
-                    ("grpc.max_send_message_length", limit),
-                ],
-            )
+            channel = grpc.aio.insecure_channel(url, options=self.settings.message_options)
             self._channels[url] = channel
         return channel
 

@@ -198,13 +198,7 @@ async def start(
 ) -> Gateway:
     """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
     by ``directory``: none without one) and health."""
-    limit = settings.max_message_bytes
-    server = grpc.aio.server(
-        options=[
-            ("grpc.max_receive_message_length", limit),
-            ("grpc.max_send_message_length", limit),
-        ]
-    )
+    server = grpc.aio.server(options=settings.message_options)
     server.add_generic_rpc_handlers(
         [handler(InferenceService(auth, executor, settings, sessions, quota, request_log, metrics))]
     )

@@ -28,6 +28,16 @@ class GatewaySettings(BaseSettings):
     #: Largest message received or sent, in bytes. gRPC's own default (4 MiB) refuses the
     #: files real tasks carry; a larger request is refused with RESOURCE_EXHAUSTED.
     max_message_bytes: int = Field(64 * MIB, ge=1024)
+
+    @property
+    def message_options(self) -> list[tuple[str, int]]:
+        """gRPC options for ``max_message_bytes`` both ways (the server's and a peer channel's)."""
+        limit = self.max_message_bytes
+        return [
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", limit),
+        ]
+
     #: Seconds a task may take when its call carries no deadline of its own.
     default_deadline: float = Field(600.0, gt=0)
     #: Seconds a session (``session_id``) is remembered after its last task.

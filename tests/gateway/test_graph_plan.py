@@ -202,14 +202,16 @@ async def test_each_block_is_resolved_once_and_all_at_once() -> None:
 async def test_a_resolver_error_propagates_and_the_other_lookups_are_canceled() -> None:
     graph = {"graph": {"h": ["a", "b"]}}
     waiting: set[str] = set()
+    both_waiting = asyncio.Event()
     canceled: set[str] = set()
 
     async def resolve(block_id: str) -> str:
         if block_id == "a":
-            while len(waiting) < 2:
-                await asyncio.sleep(0)
+            await both_waiting.wait()
             raise Unavailable("the database is away")
         waiting.add(block_id)
+        if len(waiting) == 2:
+            both_waiting.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
