@@ -73,12 +73,34 @@ def postgres_seconds(postmaster: int) -> float:
 class Meters:
     def __init__(self, stack: BenchStack) -> None:
         self.pids = {role: procs[0].popen.pid for role, procs in stack.roles.items() if procs}  # type: ignore[union-attr]
+        self.redis_url = stack.redis_url
+        self.database_url = stack.database_url
         client = redis.Redis.from_url(stack.redis_url)
         self.redis_pid = int(client.info("server")["process_id"])
         client.close()
         with psycopg.connect(stack.database_url) as conn:
             data_dir = conn.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
         self.postmaster = int(Path(data_dir, "postmaster.pid").read_text().split()[0])
+
+    def commands(self) -> dict[str, float]:
+        """Redis commands by name, and Postgres transactions and row writes, so far."""
+        client = redis.Redis.from_url(self.redis_url)
+        stats = client.info("commandstats")
+        client.close()
+        counts = {
+            f"redis {name.removeprefix('cmdstat_')}": float(entry["calls"])
+            for name, entry in stats.items()
+        }
+        with psycopg.connect(self.database_url) as conn:
+            row = conn.execute(
+                "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database"
+                " WHERE datname = current_database()"
+            ).fetchone()
+        assert row is not None
+        names = ("commits", "rows inserted", "rows updated", "rows deleted")
+        for name, value in zip(names, row, strict=True):
+            counts[f"postgres {name}"] = float(value)
+        return counts
 
     def read(self) -> dict[str, float]:
         figures = {role: cpu_seconds(pid) for role, pid in self.pids.items()}
@@ -107,11 +129,16 @@ def main() -> None:
         meters = Meters(stack)
         conduit_batch(stack, api, token, deployment, args, args.warmup)
         per_prediction: dict[str, list[float]] = {}
+        commands: dict[str, list[float]] = {}
         rates = []
         for repeat in range(args.repeats):
+            counted = meters.commands()
             before = meters.read()
             rate, _, failed = conduit_batch(stack, api, token, deployment, args, args.count)
             after = meters.read()
+            for name, value in meters.commands().items():
+                per_command = (value - counted.get(name, 0.0)) / args.count
+                commands.setdefault(name, []).append(per_command)
             rates.append(rate)
             for role in after:
                 spent = (after[role] - before[role]) / args.count * 1e6
@@ -129,6 +156,10 @@ def main() -> None:
         print(f"\nend to end: {rate:,.0f} predictions/s ({min(rates):,.0f}–{max(rates):,.0f})")
         cores = os.cpu_count() or 1
         print(f"CPU bound at: {cores / (total / 1e6):,.0f} predictions/s on {cores} cores")
+        print("\nRound trips and writes per prediction (median; the pg_stat counters lag a little)")
+        for name, values in sorted(commands.items()):
+            if statistics.median(values) >= 0.005:
+                print(f"{name:<32} {statistics.median(values):8.3f}")
 
 
 if __name__ == "__main__":

@@ -101,6 +101,11 @@ def ran(status: Status, times: RunnerTimes) -> bool:
     return status is Status.SUCCEEDED or bool(times.predict_time)
 
 
+# Every statement names its rows twice: joined to the batch (``p.id = v.id``), which gives each
+# row its values, and by ``p.id = ANY(:ids)``, which the planner can look up in the primary key.
+# Without the second, it knows nothing of how many rows ``jsonb_to_recordset`` yields and joins
+# by hashing every unfinished prediction (or, once analyzed, the whole table): a claim then
+# costs time in proportion to the backlog (1.1 ms at 5,000 queued rows against 0.05 ms).
 # Status lists in these statements come from the transition table (``tracker.states``). Rows
 # come back by the model's column names, never ``*``: the table may hold columns the model does
 # not (one kept for processes of the previous release during an upgrade), and ``.columns()``
@@ -113,7 +118,7 @@ _CLAIM = text(
     UPDATE predictions AS p
     SET attempt = p.attempt + 1, claim_owner = v.owner
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, owner text, owners text[])
-    WHERE p.id = v.id AND p.status IN {sql_list(UNFINISHED)}
+    WHERE p.id = ANY(CAST(:ids AS text[])) AND p.id = v.id AND p.status IN {sql_list(UNFINISHED)}
       AND (p.claim_owner IS NULL OR p.claim_owner = ANY(v.owners))
     RETURNING {ROW}
     """
@@ -124,7 +129,7 @@ _START = text(
     UPDATE predictions AS p
     SET status = '{Status.PROCESSING.value}', started_at = now(), runs = p.runs + 1
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, attempt int)
-    WHERE p.id = v.id AND p.attempt = v.attempt
+    WHERE p.id = ANY(CAST(:ids AS text[])) AND p.id = v.id AND p.attempt = v.attempt
       AND p.status IN {sql_list(sources_of(Status.PROCESSING))}
     RETURNING p.id, p.started_at, p.cancel_requested
     """
@@ -154,7 +159,8 @@ _FINISH = text(
         output = CASE WHEN v.set_output THEN v.output ELSE p.output END,
         logs = coalesce(v.logs, p.logs)
       FROM v
-      WHERE p.id = v.id AND p.attempt = v.attempt AND p.status = ANY(v.sources)
+      WHERE p.id = ANY(CAST(:ids AS text[])) AND p.id = v.id AND p.attempt = v.attempt
+        AND p.status = ANY(v.sources)
       RETURNING {ROW}
     ), ran AS (
       -- A runner that did not report predict_time is charged the wall clock since the start.
@@ -199,7 +205,8 @@ async def _run_rounds(
     results: list[RowMapping | None] = [None] * len(records)
     for indexes in _unique_rounds([record["id"] for record in records]):
         batch = orjson.dumps([records[i] for i in indexes]).decode()
-        rows = (await conn.execute(statement, {"batch": batch})).mappings().all()
+        ids = [records[i]["id"] for i in indexes]
+        rows = (await conn.execute(statement, {"batch": batch, "ids": ids})).mappings().all()
         by_id = {row["id"]: row for row in rows}
         for i in indexes:
             results[i] = by_id.get(records[i]["id"])

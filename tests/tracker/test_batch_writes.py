@@ -15,6 +15,7 @@ from protocol.timings import RunnerTimes
 from tests.fixtures.predictions import new_predictions
 from tracker import store
 from tracker.batch_writes import StateWrites, _unique_rounds
+from tracker.db import autocommit
 from tracker.group_commit import Batcher
 from tracker.states import Status
 from tracker.usage import CPU
@@ -232,3 +233,40 @@ async def test_an_input_that_cannot_be_sent_is_not_stored(engine: AsyncEngine) -
     with pytest.raises(TypeError):
         await store.insert_predictions(engine, [new])
     assert await store.get(engine, new.id) is None
+
+
+async def test_grouped_writes_find_their_rows_by_primary_key_whatever_the_backlog(
+    engine: AsyncEngine,
+) -> None:
+    """A claim, a start or an end must cost the same with 10 or 100,000 predictions waiting:
+    each statement looks its rows up in the primary key, never by scanning the unfinished
+    ones or the table (what the planner does when it only has the join to the batch)."""
+    news = await new_predictions(engine, [{"i": i} for i in range(3000)], "backlog")
+    for start in range(0, len(news), 500):
+        await store.insert_predictions(engine, news[start : start + 500])
+    async with autocommit(engine).connect() as conn:
+        await conn.execute(text("ANALYZE predictions"))
+    executed: list[tuple[str, Any]] = []
+
+    def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "jsonb_to_recordset" in statement and statement.lstrip().startswith(("UPDATE", "WITH")):
+            executed.append((statement, parameters))
+
+    pid = news[0].id
+    writes = StateWrites(engine)
+    event.listen(engine.sync_engine, "before_cursor_execute", record)
+    try:
+        assert await store.claim(writes, pid, "director-a") is not None
+        assert await store.mark_processing(writes, pid, 1) is not None
+        assert await store.finish(writes, pid, 1, Status.SUCCEEDED) is not None
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", record)
+    assert len(executed) == 3
+    async with autocommit(engine).connect() as conn:
+        for statement, parameters in executed:
+            plan = "\n".join(
+                row[0] for row in await conn.exec_driver_sql("EXPLAIN " + statement, parameters)
+            )
+            assert "Index Scan using pk_predictions on predictions" in plan, plan
+            assert "Seq Scan on predictions" not in plan, plan
+            assert "ix_predictions_unfinished" not in plan, plan
