@@ -11,6 +11,7 @@ one secret a runner and its directors share). Per-tenant rate limits
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 
@@ -178,9 +179,11 @@ class RunnerConfig(BaseSettings):
 _HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?\.?")
 
 
+@functools.lru_cache(maxsize=16)
 def _split_allow(value: str) -> tuple[tuple[Network, ...], frozenset[str]]:
     """``webhook_allow`` read as (networks, host names); raises ValueError on an item that is
-    neither."""
+    neither. Remembered: every prediction's webhook and file guards ask for it, and parsing
+    the networks again cost a tenth of a no-op prediction's runner CPU."""
     networks: list[Network] = []
     hosts: list[str] = []
     for item in (part.strip() for part in value.split(",")):
