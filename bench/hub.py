@@ -10,8 +10,9 @@ holds one :class:`tracker.event_hub.EventHub` (as an api process does, ``block_m
 1. **Waiting**: the process' RSS before and after subscribing (per waiter), and for ``--idle``
    seconds with nothing happening, the CPU of this process and of Redis (``INFO cpu``).
 2. **Ending**: a second process appends each prediction's ``done`` event at ``--rate`` per
-   second (in prediction order, one ``XADD`` each, as a director's event append does), each
-   carrying the wall-clock time it was sent. Until every waiter has its ``done``: this
+   second (in prediction order, through :class:`tracker.events.EventLog` as a director does:
+   a script call each, which rings the doorbell), each carrying the wall-clock time it was
+   sent. Until every waiter has its ``done``: this
    process' and Redis' CPU per event delivered, and the delay from append to the waiter's
    receipt (p50/p99).
 
@@ -36,24 +37,28 @@ import redis.asyncio as aioredis
 from conduit.services import local_services
 from tracker.event_hub import EventHub
 from tracker.events import EventType
-from tracker.keys import events_key
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
-#: The appender: the predictions' ``done`` events at a steady rate, each with its send time.
+#: The appender: the predictions' ``done`` events at a steady rate, each with its send time,
+#: through the event log a director appends with (one script call each, ringing the doorbell).
 APPENDER = """
-import sys, time, orjson, redis
-url, template, count, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
-client = redis.Redis.from_url(url)
-started = time.perf_counter()
-for n in range(count):
-    due = started + n / rate
-    pause = due - time.perf_counter()
-    if pause > 0:
-        time.sleep(pause)
-    data = orjson.dumps({"sent": time.time()}).decode()
-    client.xadd(template % n, {"type": "done", "data": data})
-client.close()
+import asyncio, sys, time, orjson
+import redis.asyncio as aioredis
+from tracker.events import EventLog, EventType
+url, prefix, count, rate = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+async def main():
+    client = aioredis.Redis.from_url(url)
+    log = EventLog(client)
+    started = time.perf_counter()
+    for n in range(count):
+        pause = started + n / rate - time.perf_counter()
+        if pause > 0:
+            await asyncio.sleep(pause)
+        data = orjson.dumps({"sent": time.time()}).decode()
+        await log.append(f"{prefix}{n:06d}", [(EventType.DONE, data)])
+    await client.aclose()
+asyncio.run(main())
 """
 
 
@@ -71,9 +76,8 @@ def prediction_id(size: int, n: int) -> str:
 
 
 def append_all(url: str, size: int, rate: float) -> None:
-    template = events_key("PID").replace("PID", f"hub{size}x%06d")
-    argv = [sys.executable, "-c", APPENDER, url, template, str(size), str(rate)]
-    subprocess.run(argv, check=True)
+    argv = [sys.executable, "-c", APPENDER, url, f"hub{size}x", str(size), str(rate)]
+    subprocess.run(argv, check=True, cwd=Path(__file__).resolve().parent.parent)
 
 
 async def wait_for_done(hub: EventHub, pid: str, delays: list[float]) -> None:

@@ -2,24 +2,27 @@
 out to its waiters.
 
 Every ``Prefer: wait`` and every SSE client of this process subscribes here instead of holding
-a Redis connection in a blocking ``XREAD`` of its own. One task reads all the watched streams
-in one blocking ``XREAD`` on a dedicated connection (never from the command pool) and hands
-each subscription its events in order, each after the subscription's own position. Waiting
+a Redis connection in a blocking ``XREAD`` of its own. One task reads the watched streams on a
+dedicated connection (never from the command pool) and hands each subscription its events in
+order, each after the subscription's own position. Waiting
 therefore costs a queue and a few objects per client, and the Redis connections of the
 process stay at the command pool's size plus one.
 
-A new subscription must not wait out the read in flight: the hub is woken with ``CLIENT
-UNBLOCK`` on its connection's id, which ends the blocked ``XREAD`` as if it had timed out, and
-the next read names the new stream. A wake that races the read being sent is caught by the
-read's short block (``block_ms``). When the same stream has several subscribers, the hub reads
-it from the earliest position among them and each skips what it has seen.
+The reader blocks on one stream, the doorbell every event append rings with the names of the
+streams it appended to, and reads only the watched streams a ring names
+(``tracker.event_readers``): an event costs the same with ten waiters or ten thousand. A new
+subscription must not wait out the read in flight: the hub is woken with ``CLIENT UNBLOCK`` on
+its connection's id, which ends the blocked ``XREAD`` as if it had timed out, and the new
+stream is read at once. A wake that races the read being sent is caught by the read's short
+block (``block_ms``). When the same stream has several subscribers, the hub reads it from the
+earliest position among them and each skips what it has seen.
 
 Redis Cluster: a blocking ``XREAD`` names keys of one slot only (keys of different slots are
-refused with CROSSSLOT even when one node holds them all), so one read of every watched stream
+refused with CROSSSLOT even when one node holds them all), so one doorbell for every stream
 is a single-Redis thing. There event streams carry one of ``keys.EVENT_TAGS`` shared hash
 tags (``tracker.keys.events_key``) and the hub runs one reader per tag it has waiters on, each
 on a connection of its own to the node that serves the tag's slot: at most ``EVENT_TAGS``
-readers however many waiters, each one blocking ``XREAD`` as on a single Redis. (With each
+readers however many waiters, each blocking on its tag's doorbell as on a single Redis. (With each
 prediction's own tag it would be one blocking read, and one connection, per waiter, or a poll
 of every watched stream each round.) A reader that finds its slot moved (failover, resharding)
 asks the cluster client again where the slot lives and reconnects there.
@@ -167,7 +170,7 @@ class EventHub:
         reader = self._reader(tag)
         if self._started:
             reader.start()
-        reader.changed()
+        reader.changed(sub.key)
         return sub
 
     def _remove(self, sub: Subscription) -> None:
@@ -206,6 +209,19 @@ class EventHub:
             key: min((sub.after for sub in subs), key=_position)
             for key, subs in self._subs.get(tag, {}).items()
         }
+
+    def positions(self, tag: str, keys: set[str]) -> dict[str, str]:
+        """Those of ``keys`` with subscriptions of ``tag``, each from the earliest position
+        among them."""
+        streams = self._subs.get(tag, {})
+        return {
+            key: min((sub.after for sub in subs), key=_position)
+            for key in keys
+            if (subs := streams.get(key))
+        }
+
+    def watching(self, tag: str) -> bool:
+        return bool(self._subs.get(tag))
 
     def dispatch(self, tag: str, reply: Any) -> None:
         """Hand a reader's reply to the subscriptions of ``tag``."""

@@ -124,7 +124,7 @@ class EventLog:
         less client work than a command per event. Each prediction's events keep their order.
         (In a cluster ``appends`` share one hash tag.)"""
         script_keys: list[str] = []
-        args: list[str | int] = [self.max_len]
+        args: list[str | int] = [self.max_len, len(appends), keys.DOORBELL_MAX_LEN]
         for append in appends:
             script_keys.append(append.key)
             args += [len(append.entries), append.retention if append.expire else 0]
@@ -132,7 +132,9 @@ class EventLog:
                 args.append(len(fields))
                 for name, value in fields.items():
                     args += [name, value]
-        await self._script(keys=script_keys, args=args)
+        tags = {keys.slot_tag(key) for key in script_keys} if self.clustered else {""}
+        doorbells = [keys.doorbell_key(tag) for tag in sorted(tags)]
+        await self._script(keys=[*script_keys, *doorbells], args=args)
         return [None] * len(appends)
 
     async def read(
@@ -188,13 +190,16 @@ class _Append:
     retention: int
 
 
-# Many predictions' events in one command. KEYS: one event stream per append; ARGV: the
-# streams' MAXLEN, then per append in order: its entry count, its retention (0: no expiry
-# yet), then per entry its field count and the fields and values.
+# Many predictions' events in one command. KEYS: one event stream per append, then the
+# doorbells to ring (``keys.doorbell_key``); ARGV: the streams' MAXLEN, the number of appends,
+# the doorbells' MAXLEN, then per append in order: its entry count, its retention (0: no
+# expiry yet), then per entry its field count and the fields and values. Each doorbell gets one
+# entry naming every stream appended to (readers skip the ones they do not watch).
 _APPEND_SCRIPT = """
 local maxlen = ARGV[1]
-local a = 2
-for k = 1, #KEYS do
+local appends = tonumber(ARGV[2])
+local a = 4
+for k = 1, appends do
   local entries, retention = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
   for _ = 1, entries do
@@ -204,7 +209,11 @@ for k = 1, #KEYS do
   end
   if retention > 0 then redis.call('EXPIRE', KEYS[k], retention) end
 end
-return #KEYS
+local rung = table.concat(KEYS, ' ', 1, appends)
+for d = appends + 1, #KEYS do
+  redis.call('XADD', KEYS[d], 'MAXLEN', '~', ARGV[3], '*', 'k', rung)
+end
+return appends
 """
 
 

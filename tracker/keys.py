@@ -169,6 +169,19 @@ def events_key(prediction_id: str, clustered: bool = False) -> str:
     return f"{EVENTS_PREFIX}{{{prediction_id}}}"
 
 
+#: Entries kept in a doorbell stream (about: ``MAXLEN ~``); a reader further behind reads
+#: every stream it watches once (the hub's sweep).
+DOORBELL_MAX_LEN = 10_000
+
+
+def doorbell_key(tag: str = "") -> str:
+    """The stream every event append rings, naming the event streams it appended to: one on a
+    single Redis (``tag`` empty), one per event tag in a cluster (in the tag's slot). An event
+    hub blocks on it alone and reads only the streams it names, rather than blocking on every
+    stream it watches (``tracker.event_readers``)."""
+    return f"events:doorbell:{{{tag}}}" if tag else "events:doorbell"
+
+
 def alive_key(consumer: str) -> str:
     """Present while the director named ``consumer`` is alive (refreshed by its heartbeat)."""
     return f"director:alive:{consumer}"
