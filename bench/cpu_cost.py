@@ -96,10 +96,16 @@ class Meters:
                 "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database"
                 " WHERE datname = current_database()"
             ).fetchone()
-        assert row is not None
+            hot = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                " WHERE relname = 'predictions'"
+            ).fetchone()
+        assert row is not None and hot is not None
         names = ("commits", "rows inserted", "rows updated", "rows deleted")
         for name, value in zip(names, row, strict=True):
             counts[f"postgres {name}"] = float(value)
+        counts["postgres predictions updates"] = float(hot[0])
+        counts["postgres predictions HOT updates"] = float(hot[1])
         return counts
 
     def read(self) -> dict[str, float]:

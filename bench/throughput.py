@@ -207,13 +207,16 @@ def main() -> None:
     parser.add_argument(
         "--peers", default=",".join(PEERS), help="comma-separated subset of " + ",".join(PEERS)
     )
+    parser.add_argument(
+        "--directors", default="1,2", help="comma-separated director counts to run (e.g. 1,2,4)"
+    )
     args = parser.parse_args()
     began = time.monotonic()
     results: dict[str, Figures] = {}
     with running_stack() as stack:
         api = stack.api()
         token = stack.token()
-        for directors in (1, 2):
+        for directors in (int(n) for n in args.directors.split(",")):
             name = f"Conduit, {directors} director{'s' if directors > 1 else ''}"
             results[name] = conduit_system(stack, api, token, directors, args)
         counter = redis.Redis.from_url(stack.redis_url)
