@@ -44,6 +44,14 @@ async def _take(sub: Subscription, n: int) -> list[Event]:
     return events
 
 
+def _following_one(hub: EventHub, redis: Redis) -> tuple[EventLog, str, Subscription]:
+    """An event log, a new prediction id and the hub's subscription to it."""
+    pid = uuid.uuid4().hex
+    sub = hub.subscribe(pid)
+    assert sub is not None
+    return EventLog(redis), pid, sub
+
+
 async def test_subscribers_get_their_events_in_order_from_their_positions(
     hub: EventHub, redis: Redis
 ) -> None:
@@ -133,10 +141,7 @@ async def test_a_write_that_rings_no_doorbell_still_reaches_its_waiter(
 ) -> None:
     """A writer of an earlier release appends without ringing: the reader's sweep (every
     ``SWEEP_INTERVAL`` while it has waiters) delivers it."""
-    log = EventLog(redis)
-    pid = uuid.uuid4().hex
-    sub = hub.subscribe(pid)
-    assert sub is not None
+    log, pid, sub = _following_one(hub, redis)
     await redis.xadd(log.key(pid), {"type": "output", "data": "quiet"})
     assert [e.data for e in await _take(sub, 1)] == ["quiet"]
 
@@ -145,10 +150,7 @@ async def test_a_backlog_longer_than_one_read_arrives_whole_and_in_order(
     hub: EventHub, redis: Redis
 ) -> None:
     """One ring for 1,200 events: the reader reads on past ``READ_COUNT`` by itself."""
-    log = EventLog(redis)
-    pid = uuid.uuid4().hex
-    sub = hub.subscribe(pid)
-    assert sub is not None
+    log, pid, sub = _following_one(hub, redis)
     count = READ_COUNT * 2 + 200
     await log.append(pid, [(EventType.LOGS, str(n)) for n in range(count)])
     assert [e.data for e in await _take(sub, count)] == [str(n) for n in range(count)]
