@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from tracker import keys, redis_connect
+from tracker.redis_connect import decoded
 from tracker.slots import PerSlot, by_slot, runs_by_slot
 
 log = logging.getLogger(__name__)
@@ -190,7 +191,7 @@ class Queue:
         for streams, prediction_id in items:
             args += [prediction_id, len(streams)]
         chosen = await self._enqueue(keys=keys, args=args)
-        return [_text(stream) for stream in chosen]
+        return [decoded(stream) for stream in chosen]
 
     async def ensure_groups(self, streams: Sequence[str]) -> None:
         # Start from 0, not $: entries the api appended before any director existed must be read.
@@ -223,9 +224,9 @@ class Queue:
         )
         entries: list[Entry] = []
         for stream, messages in reply or []:
-            stream_name = _text(stream)
+            stream_name = decoded(stream)
             for entry_id, fields in messages:
-                entries.append(Entry(stream_name, _text(entry_id), _text(fields[b"id"])))
+                entries.append(Entry(stream_name, decoded(entry_id), decoded(fields[b"id"])))
         return entries
 
     async def read_in_turn(
@@ -244,10 +245,10 @@ class Queue:
                 keys=run, args=[GROUP, consumer, count - len(entries)]
             )
             for stream, messages in zip(reply[1::2], reply[2::2], strict=True):
-                stream_name = _text(stream)
+                stream_name = decoded(stream)
                 for entry_id, fields in messages:
                     pairs = dict(zip(fields[::2], fields[1::2], strict=True))
-                    entries.append(Entry(stream_name, _text(entry_id), _text(pairs[b"id"])))
+                    entries.append(Entry(stream_name, decoded(entry_id), decoded(pairs[b"id"])))
             if int(reply[0]):
                 passed = offset + int(reply[0])
             offset += len(run)
@@ -279,7 +280,7 @@ class Queue:
         for group, reply in zip(groups, replies, strict=True):
             now = int(reply[0])
             for stream, waiting, oldest in zip(group, reply[1::2], reply[2::2], strict=True):
-                oldest_id = _text(oldest)
+                oldest_id = decoded(oldest)
                 age = max(0, now - _entry_key(oldest_id)[0]) if oldest_id else None
                 found[stream] = Backlog(stream, max(0, int(waiting)), age)
         return [found[stream] for stream in streams]
@@ -296,7 +297,7 @@ class Queue:
         reply: Any = await self.redis.xpending_range(
             stream, GROUP, min=low, max=high, count=10_000, consumername=consumer
         )
-        return {_text(item["message_id"]): int(item["times_delivered"]) for item in reply}
+        return {decoded(item["message_id"]): int(item["times_delivered"]) for item in reply}
 
     async def ack(self, stream: str, entry_id: str) -> None:
         """Remove an entry once its prediction's terminal state is committed. Acks that
@@ -382,10 +383,6 @@ class _SlotWaits:
         reads = list(self._reads.values())
         self._reads.clear()
         await asyncio.gather(*reads, return_exceptions=True)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _entry_key(entry_id: str) -> tuple[int, int]:

@@ -17,8 +17,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from director.queue import GROUP, Entry, Queue, _text
+from director.queue import GROUP, Entry, Queue
 from tracker.keys import dead_letter_stream
+from tracker.redis_connect import decoded
 
 # For each entry id: if it is still pending for this consumer, reset its idle time (XCLAIM to
 # self with JUSTID, which does not count as a delivery); if another consumer holds it now,
@@ -138,8 +139,8 @@ class Reclaimer:
         for stream, ids in by_stream.items():
             reply: Any = await self._heartbeat(keys=[stream], args=[self.consumer, GROUP, *ids])
             lost, unowned = reply
-            beat.lost.update((stream, _text(entry_id)) for entry_id in lost)
-            beat.unowned.update((stream, _text(entry_id)) for entry_id in unowned)
+            beat.lost.update((stream, decoded(entry_id)) for entry_id in lost)
+            beat.unowned.update((stream, decoded(entry_id)) for entry_id in unowned)
         return beat
 
     async def reoffer(self, stream: str, ids: Sequence[str]) -> list[Entry]:
@@ -149,7 +150,7 @@ class Reclaimer:
         for entry_id, deliveries, flat in reply:
             fields = dict(zip(flat[::2], flat[1::2], strict=True))
             if b"id" in fields:
-                entries.append(Entry(stream, _text(entry_id), _text(fields[b"id"]), deliveries))
+                entries.append(Entry(stream, decoded(entry_id), decoded(fields[b"id"]), deliveries))
         return entries
 
     async def autoclaim(self, stream: str, min_idle_ms: int, count: int) -> list[Entry]:
@@ -161,12 +162,12 @@ class Reclaimer:
         deleted = reply[2] if len(reply) > 2 else []
         if deleted:  # entries deleted while pending: drop them from the PEL
             await self.redis.xack(stream, GROUP, *deleted)
-        claimed = [(_text(entry_id), fields) for entry_id, fields in messages if fields]
+        claimed = [(decoded(entry_id), fields) for entry_id, fields in messages if fields]
         if not claimed:
             return []
         counts = await self.queue.delivery_counts(stream, ids=[entry_id for entry_id, _ in claimed])
         return [
-            Entry(stream, entry_id, _text(fields[b"id"]), counts.get(entry_id, 1))
+            Entry(stream, entry_id, decoded(fields[b"id"]), counts.get(entry_id, 1))
             for entry_id, fields in claimed
         ]
 
@@ -195,7 +196,7 @@ class Reclaimer:
         """
         removed = []
         for info in await self.redis.xinfo_consumers(stream, GROUP):
-            name = _text(info["name"])
+            name = decoded(info["name"])
             if name != self.consumer and info["pending"] == 0 and info["idle"] >= idle_ms:
                 if await self._forget(keys=[stream], args=[GROUP, name, idle_ms]):
                     removed.append(name)

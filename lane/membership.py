@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from core.periodic import Periodic
 from core.transient import TRANSIENT
 from tracker.keys import LANE_MEMBERS
+from tracker.redis_connect import decoded
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Membership:
             pipe.zremrangebyscore(LANE_MEMBERS, "-inf", f"({now_ms - round(self.ttl * 1000)}")
             pipe.zrange(LANE_MEMBERS, 0, -1)
             *_, raw = await pipe.execute()
-        members = tuple(sorted({_text(m) for m in raw} | {self.me}))
+        members = tuple(sorted({decoded(m) for m in raw} | {self.me}))
         if members != self.members:
             log.info("lane: %d api replica(s) share the runners: %s", len(members), members)
             self.members = members
@@ -76,7 +77,3 @@ class Membership:
             await self.redis.zrem(LANE_MEMBERS, self.me)
         except TRANSIENT as error:
             log.info("lane: left without a word (%r); pruned in %g s", error, self.ttl)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -205,10 +205,7 @@ class EventHub:
     def streams(self, tag: str) -> dict[str, str]:
         """The streams of ``tag``'s reader, each from the earliest position among its
         subscribers (each skips what it has seen)."""
-        return {
-            key: min((sub.after for sub in subs), key=_position)
-            for key, subs in self._subs.get(tag, {}).items()
-        }
+        return self.positions(tag, set(self._subs.get(tag, {})))
 
     def positions(self, tag: str, keys: set[str]) -> dict[str, str]:
         """Those of ``keys`` with subscriptions of ``tag``, each from the earliest position

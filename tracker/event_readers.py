@@ -178,7 +178,7 @@ class StreamReader:
         last: Any = await client.xrevrange(self.doorbell, count=1)
         self._fresh.clear()
         await self._read_now(client, self.hub.streams(self.tag))
-        return _text(last[0][0]) if last else "0-0"
+        return redis_connect.decoded(last[0][0]) if last else "0-0"
 
     async def _wait_for_rings(self, client: Redis, rung: str) -> str:
         """Block on the doorbell; read the watched streams its rings name. The position after
@@ -187,9 +187,11 @@ class StreamReader:
         if not reply:
             return rung  # the block ran out, or a new subscription woke it
         rings = reply[0][1]
-        named = {key for _, fields in rings for key in _text(fields[b"k"]).split(" ")}
+        named = {
+            key for _, fields in rings for key in redis_connect.decoded(fields[b"k"]).split(" ")
+        }
         await self._read_now(client, self.hub.positions(self.tag, named))
-        return _text(rings[-1][0])
+        return redis_connect.decoded(rings[-1][0])
 
     async def _read_now(self, client: Redis, streams: dict[Any, Any]) -> None:
         """Read ``streams`` without blocking and hand the events over; a stream that gave a
@@ -199,7 +201,7 @@ class StreamReader:
         reply: Any = await client.xread(streams, count=READ_COUNT)
         for key, entries in reply or []:
             if len(entries) >= READ_COUNT:
-                self._fresh.add(_text(key))
+                self._fresh.add(redis_connect.decoded(key))
         try:
             self.hub.dispatch(self.tag, reply)
         except Exception:
@@ -265,7 +267,3 @@ class NodeReader(StreamReader):
         client, self._client, self._node = self._client, None, None
         if client is not None:
             await client.aclose()
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -24,7 +24,7 @@ from redis.asyncio import Redis
 
 from tracker import keys
 from tracker.group_commit import Batcher
-from tracker.redis_connect import is_cluster
+from tracker.redis_connect import decoded, is_cluster
 from tracker.slots import PerSlot
 from tracker.states import Status
 
@@ -155,10 +155,10 @@ class EventLog:
         """One stream entry as an event (for readers of many streams at once)."""
         final = fields.get(b"prediction")
         return Event(
-            _text(entry_id),
-            EventType(_text(fields[b"type"])),
-            _text(fields[b"data"]),
-            _text(final) if final is not None else None,
+            decoded(entry_id),
+            EventType(decoded(fields[b"type"])),
+            decoded(fields[b"data"]),
+            decoded(final) if final is not None else None,
         )
 
     async def is_done(self, prediction_id: str) -> bool:
@@ -179,7 +179,7 @@ class EventLog:
                 return True
             if len(entries) < page:
                 return False
-            start = "(" + _text(entries[-1][0])
+            start = "(" + decoded(entries[-1][0])
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +215,3 @@ for d = appends + 1, #KEYS do
 end
 return appends
 """
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

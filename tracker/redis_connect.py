@@ -235,6 +235,11 @@ def node_client(url: str, host: str, port: int, client_name: str | None = None) 
     )
 
 
+def decoded(value: bytes | str) -> str:
+    """A reply field as text: clients built without ``decode_responses`` give bytes."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 

@@ -10,7 +10,7 @@ from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from tracker.tables import Base, _now
+from tracker.tables import Base, _now, jsonb_path_index
 
 
 class InferenceServer(Base):
@@ -20,12 +20,7 @@ class InferenceServer(Base):
 
     __tablename__ = "inference_servers"
     __table_args__ = (
-        Index(
-            "ix_inference_servers_doc",
-            "doc",
-            postgresql_using="gin",
-            postgresql_ops={"doc": "jsonb_path_ops"},
-        ),
+        jsonb_path_index("ix_inference_servers_doc", "doc"),
         Index("ix_inference_servers_registered", "registered_at", "id"),
     )
 
@@ -48,12 +43,7 @@ class RegistryBlock(Base):
     __tablename__ = "registry_blocks"
     __table_args__ = (
         Index("ix_registry_blocks_block", "block_id"),
-        Index(
-            "ix_registry_blocks_metadata",
-            "metadata",
-            postgresql_using="gin",
-            postgresql_ops={"metadata": "jsonb_path_ops"},
-        ),
+        jsonb_path_index("ix_registry_blocks_metadata", "metadata"),
     )
 
     server_id: Mapped[str] = mapped_column(

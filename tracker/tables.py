@@ -42,6 +42,11 @@ def _now() -> Mapped[datetime]:
     return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
 
 
+def jsonb_path_index(name: str, column: str) -> Index:
+    """A GIN index of a JSONB column for containment (``@>``) and JSON path queries."""
+    return Index(name, column, postgresql_using="gin", postgresql_ops={column: "jsonb_path_ops"})
+
+
 class Account(Base):
     __tablename__ = "accounts"
 
@@ -311,12 +316,7 @@ class Block(Base):
         Index("ix_blocks_deployment_id", "deployment_id"),
         Index("ix_blocks_version_id", "version_id"),
         # What search filters on (``metadata @> …`` and JSON path queries).
-        Index(
-            "ix_blocks_metadata",
-            "metadata",
-            postgresql_using="gin",
-            postgresql_ops={"metadata": "jsonb_path_ops"},
-        ),
+        jsonb_path_index("ix_blocks_metadata", "metadata"),
     )
 
     id: Mapped[str] = mapped_column(String(16), primary_key=True)

@@ -28,6 +28,7 @@ from gateway.graph_run import (
     StepSucceeded,
     TimedOut,
 )
+from tests.fixtures.loop import loop_turns
 from tests.fixtures.waiting import until
 
 HEAD_DATA = {"prompt": "hello"}
@@ -149,8 +150,7 @@ async def test_a_fan_in_step_gets_every_parents_output_by_name_once_all_finished
 @pytest.mark.parametrize("max_inflight", [1, 2, 3, 4, 8])
 async def test_at_most_max_inflight_steps_run_at_once(max_inflight: int) -> None:
     async def a_while(step: str, data: Any) -> Any:
-        for _ in range(5):
-            await asyncio.sleep(0)
+        await loop_turns(5)
         return step
 
     steps = Steps(b=a_while, c=a_while, d=a_while, e=a_while)
@@ -287,8 +287,7 @@ async def test_a_second_cancellation_still_waits_for_the_steps_to_end() -> None:
     running.cancel()
     await until(_async(cleaning_up.is_set), "b cleaning up")
     running.cancel()
-    for _ in range(10):  # room for the run to end early, were it to stop waiting for b
-        await asyncio.sleep(0)
+    await loop_turns(10)  # room for the run to end early, were it to stop waiting for b
     assert not running.done()
     assert "b" in steps.active
     clean_up_done.set()
@@ -378,8 +377,7 @@ class PropertySteps:
         self.peak = max(self.peak, len(self.active))
         try:
             behaviour, yields = kind
-            for _ in range(yields):
-                await asyncio.sleep(0)
+            await loop_turns(yields)
             if behaviour == "fail":
                 raise RuntimeError(f"{step} fails")
             self.succeeded.add(step)

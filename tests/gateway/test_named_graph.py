@@ -22,6 +22,7 @@ from gateway.named_graph import (
     explain,
     run_named_graph,
 )
+from tests.fixtures.loop import loop_turns
 from tests.fixtures.waiting import until
 from tracker.block_versions import BlockVersion
 from tracker.blocks import BlockInfo
@@ -247,7 +248,7 @@ async def test_the_bound_on_steps_in_flight_holds() -> None:
     async def count(step: str, data: Any) -> Any:
         nonlocal most
         most = max(most, len(steps.running))
-        await asyncio.sleep(0)
+        await loop_turns()
         return step
 
     names = [f"s{i}" for i in range(6)]
