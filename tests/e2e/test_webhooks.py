@@ -19,6 +19,7 @@ from tests.fixtures.api import create, fetch, wait_status
 from tests.fixtures.processes import Launcher
 from tests.fixtures.receiver import Received, Receiver, webhook_receiver
 from tests.fixtures.waiting import wait_for
+from tracker.webhooks import WebhookPolicy
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 TERMINAL = {"succeeded", "failed", "canceled"}
@@ -203,9 +204,12 @@ def test_pending_completed_survives_restarts(
             first_id = receiver.to("/durable")[0].headers["webhook-id"]
             down = False
             successor = launcher.director(name, runner_url)
+            # A director killed while an attempt was in flight holds that row's lease until it
+            # expires (``WebhookPolicy.lease``): only then may the successor send it.
             wait_for(
                 lambda: (_delivery(database_url, created["id"]) or ("",))[0] == "delivered",
                 "delivery after restart",
+                timeout=WebhookPolicy().lease + 30.0,
             )
             delivered = receiver.to("/durable")[-1]
             assert delivered.headers["webhook-id"] == first_id
