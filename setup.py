@@ -24,5 +24,8 @@ setup(
         "conduit.migrations.versions",
     ],
     package_dir={"conduit.migrations": "alembic"},
-    package_data={"conduit.migrations": ["script.py.mako"]},
+    package_data={
+        "conduit.migrations": ["script.py.mako"],
+        "api.ops": ["templates/*.html", "static/*"],
+    },
 )

@@ -19,7 +19,7 @@ from types import FrameType
 
 from fastapi import FastAPI
 
-from api import errors, openapi
+from api import errors, openapi, ops
 from api.auth import Authenticator
 from api.body_auth import AuthenticateBeforeBody
 from api.deps import Resources
@@ -205,6 +205,8 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             app.state.resources = await _open(stack, app, settings, lane_env)
+            stack.push_async_callback(ops.stop, app)
+            await ops.start(app)
             stack.enter_context(release_on_exit_signals(app.state.resources.hub))
             yield
 
@@ -225,6 +227,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(blocks.router)
     app.include_router(graphs.router)
     app.include_router(health.router)
+    ops.install(app, settings)
     # Uploads stream into the file store, held to the files' own limit (``api.routes.files``).
     app.add_middleware(
         BodySizeLimit, max_bytes=settings.max_body_bytes, exempt=[("POST", "/v1/files")]

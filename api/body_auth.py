@@ -9,6 +9,11 @@ with the same :class:`~api.auth.Authenticator` as the routes, and the account it
 one the route is given (``request.state.account``). A refusal is answered at once and closes the
 connection, the body never read.
 
+The operator page (``/ops``) is the exception: its forms authenticate by session cookie
+(``api.ops.access``), and its sign-in form by nothing yet. Its bodies are small forms, so a
+request under ``/ops`` may declare at most ``OPS_MAX_BODY`` bytes, by ``Content-Length``; a
+larger or chunked one is refused here (413), unread.
+
 An authentication that fails for another reason than the token (the database away) lets the
 request through: the route authenticates again and answers as it does for any request.
 """
@@ -28,6 +33,18 @@ log = logging.getLogger(__name__)
 
 #: Methods that take no body on any route of the api.
 READS = frozenset({"GET", "HEAD", "OPTIONS"})
+OPS_PREFIX = "/ops/"
+OPS_MAX_BODY = 64 * 1024
+
+
+def _small_form(scope: Scope) -> bool:
+    """Whether the request declares a body of at most ``OPS_MAX_BODY`` bytes by length."""
+    for name, value in scope["headers"]:
+        if name == b"transfer-encoding":
+            return False
+        if name == b"content-length":
+            return value.strip().isdigit() and int(value) <= OPS_MAX_BODY
+    return True
 
 
 def declares_body(scope: Scope) -> bool:
@@ -45,6 +62,19 @@ class AuthenticateBeforeBody:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] in READS or not declares_body(scope):
             await self.app(scope, receive, send)
+            return
+        if scope.get("path", "").startswith(OPS_PREFIX):
+            if _small_form(scope):
+                await self.app(scope, receive, send)
+                return
+            refused = problem_response(
+                413,
+                "Payload too large",
+                f"Forms under /ops take at most {OPS_MAX_BODY} bytes, sent with Content-Length.",
+                instance=scope.get("path", ""),
+                headers={"Connection": "close"},
+            )
+            await refused(scope, receive, send)
             return
         authenticator = self.authenticator()
         if authenticator is not None:

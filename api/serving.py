@@ -224,8 +224,15 @@ async def check_file_references(
 async def cancel(
     resources: Resources, account: AccountInfo, prediction_id: str, links: PredictionLinks
 ) -> RowMapping:
+    return await cancel_for(resources, account.id, prediction_id, links)
+
+
+async def cancel_for(
+    resources: Resources, account_id: int, prediction_id: str, links: PredictionLinks
+) -> RowMapping:
+    """Cancel a prediction of ``account_id`` (the operator page cancels on anyone's behalf)."""
     row, canceled_now = await store.request_cancel(
-        resources.engine, account.id, prediction_id, links
+        resources.engine, account_id, prediction_id, links
     )
     if row is None:
         raise NotFound(f"Prediction {prediction_id} not found")

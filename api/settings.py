@@ -95,6 +95,24 @@ class ApiSettings(BaseSettings):
     #: deeper inputs get 422.
     max_input_depth: int = Field(64, ge=1, le=200)
 
+    # The operator page (``/ops``, ``api.ops``).
+    #: Input fields shown as ``[redacted]`` wherever ``/ops`` shows an input, at any depth,
+    #: matched case-insensitively by name (comma-separated).
+    ops_redact: str = "password,passwd,secret,token,api_key,apikey,authorization,private_key"
+    #: Seconds an operator's sign-in lasts without use.
+    ops_session_ttl: int = Field(8 * 3600, ge=60)
+    #: Seconds between the pages' refreshes (the operator may pause them); 2 at the least.
+    ops_poll_seconds: float = Field(5.0, ge=2.0)
+    #: The directors' visibility timeout, for the verdicts of "why is this waiting?"
+    #: (``CONDUIT_DIRECTOR_VISIBILITY_TIMEOUT``; the page tells when a held entry is reclaimed).
+    ops_visibility_timeout: float = Field(
+        60.0,
+        gt=0,
+        validation_alias=AliasChoices(
+            "CONDUIT_DIRECTOR_VISIBILITY_TIMEOUT", "CONDUIT_API_OPS_VISIBILITY_TIMEOUT"
+        ),
+    )
+
     @field_validator("create_rate_limit")
     @classmethod
     def _rate(cls, value: str) -> str:

@@ -129,7 +129,8 @@ def _serve(env: dict[str, str], port: int) -> int:
         )
         _admin(env, "create-model", MODEL, "--runner-url", runner_url)
         _admin(env, "create-deployment", MODEL, "--model", MODEL, "--visibility", "public")
-        token = _admin(env, "create-account", "dev")
+        # An admin: its token also signs in to the operator page (/ops).
+        token = _admin(env, "create-account", "dev", "--admin")
         children.start("api", "api", "--port", str(port))
         children.start(
             "director",
@@ -161,6 +162,7 @@ Conduit is running.
   API:       {api_url}
   Token:     {token}
   Runner:    {runner_url}
+  Operators: {api_url}/ops  (sign in with the token above)
   Database:  {env["DATABASE_URL"]}
   Redis:     {env["REDIS_URL"]}
 

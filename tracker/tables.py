@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -58,6 +59,8 @@ class Account(Base):
     may_use_high_priority: Mapped[bool] = mapped_column(Boolean, server_default="false")
     #: An operator's account: it may read the fleet (``GET /v1/fleet``).
     is_admin: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    #: ``viewer``: signs in to the operator page (``/ops``) read-only; an admin acts there too.
+    ops_role: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = _now()
 
 
@@ -157,6 +160,25 @@ class Prediction(Base):
         ),
         # Finished predictions whose data is still kept, for the retention sweep.
         Index("ix_predictions_retention", "completed_at", postgresql_where="NOT data_removed"),
+        # What the operator page reads (migration 0019).
+        Index("ix_predictions_created", "created_at", "id"),
+        Index("ix_predictions_target_created", "target", "created_at", "id"),
+        Index("ix_predictions_model_created", "model", "created_at", "id"),
+        Index(
+            "ix_predictions_failed_created",
+            "created_at",
+            "id",
+            postgresql_where="status = 'failed'",
+        ),
+        Index(
+            "ix_predictions_completed", "completed_at", postgresql_where="completed_at IS NOT NULL"
+        ),
+        Index("ix_predictions_retry_of", "retry_of", postgresql_where="retry_of IS NOT NULL"),
+        Index(
+            "ix_predictions_graph_run",
+            text("(graph ->> 'id')"),
+            postgresql_where="graph IS NOT NULL",
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -193,6 +215,8 @@ class Prediction(Base):
     request_id: Mapped[str | None] = mapped_column(String(128))
     #: A step of a gateway graph: ``{"id": graph run, "step": block id, "head": block id}``.
     graph: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    #: The prediction this one retries (made from the operator page with the same input).
+    retry_of: Mapped[str | None] = mapped_column(String(32))
 
 
 class WebhookDelivery(Base):
@@ -206,6 +230,7 @@ class WebhookDelivery(Base):
             "next_attempt_at",
             postgresql_where="status = 'pending'",
         ),
+        Index("ix_webhook_deliveries_prediction_id", "prediction_id"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -350,3 +375,33 @@ class Graph(Base):
     #: whenever it runs).
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _now()
+
+
+class OpsAction(Base):
+    """What an operator did from ``/ops``: who, what, on which filter, how many. A bulk action
+    runs from its row in batches; ``done`` and ``cursor`` are committed with each batch, so one
+    cut short resumes where it stopped and acts on no prediction twice."""
+
+    __tablename__ = "ops_actions"
+    __table_args__ = (
+        Index("ix_ops_actions_created", "created_at"),
+        Index("ix_ops_actions_running", "id", postgresql_where="status = 'running'"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id"))
+    #: ``retry``, ``cancel``, ``retry_all``, ``cancel_all``, ``discard_dead``, ``webhook_retry``…
+    action: Mapped[str] = mapped_column(String(32))
+    #: What one action acted on (a prediction id, a stream, a delivery id).
+    subject: Mapped[str | None] = mapped_column(Text)
+    #: A bulk action's filter, as the predictions page's query string had it.
+    filter: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    #: How many the operator confirmed; ``done``: how many were acted on so far.
+    expected: Mapped[int] = mapped_column(Integer, server_default="0")
+    done: Mapped[int] = mapped_column(Integer, server_default="0")
+    cursor: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    #: ``running`` (a bulk action under way), ``done``, ``failed``.
+    status: Mapped[str] = mapped_column(String(16), server_default="done")
+    detail: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

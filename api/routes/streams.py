@@ -77,7 +77,7 @@ def parse_last_event_id(header: str | None) -> str:
     return header
 
 
-async def _last_event(redis: Redis, prediction_id: str) -> Event | None:
+async def last_event(redis: Redis, prediction_id: str) -> Event | None:
     """The last event of the prediction's stream; None while it has none."""
     last: Any = await redis.xrevrange(keys.events_key(prediction_id, is_cluster(redis)), count=1)
     return EventLog.parse(*last[0]) if last else None
@@ -185,7 +185,7 @@ async def stream_prediction(
 ) -> EventSourceResponse:
     row = await _readable(request, resources, prediction_id, exp, sig)
     after = parse_last_event_id(request.headers.get("last-event-id"))
-    last = await _last_event(resources.redis, prediction_id)
+    last = await last_event(resources.redis, prediction_id)
     content: AsyncIterator[ServerSentEvent] | Iterator[ServerSentEvent]
     if Status(row["status"]).is_terminal and last is None:  # the history expired
         content = replay_from_row(row, after)

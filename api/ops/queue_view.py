@@ -1,0 +1,282 @@
+"""What the operator page reads from the queue in Redis: each shard's state, where one
+prediction's entry is and what is ahead of it, the consumers, the dead letters.
+
+Each read is one script call per hash tag (a deployable's shards share one): a page costs a
+round trip per deployable, not per shard. Counting scans are capped (``SCAN_CAP``) so that a
+deep queue costs a bounded read; a count at the cap is shown as a lower bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from director.queue import GROUP
+from tracker import keys
+from tracker.redis_connect import decoded
+from tracker.slots import by_slot
+
+#: Most entries one count or search walks.
+SCAN_CAP = 50_000
+
+# Redis's clock in ms first; then per stream: whether it exists, its length, the group's lag
+# (-1: Redis cannot tell, as after an unread entry was deleted), pending count, last delivered
+# id, the oldest unread entry's id ('' when none), and the number of consumers.
+_SHARDS = """
+local now = redis.call('TIME')
+local out = {tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+for _, key in ipairs(KEYS) do
+  local exists, length, lag, pending, last, oldest, consumers = 0, 0, -1, 0, '', '', 0
+  if redis.call('EXISTS', key) == 1 then
+    exists = 1
+    length = redis.call('XLEN', key)
+    lag = length
+    for _, group in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+      local info = {}
+      for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
+      if info['name'] == ARGV[1] then
+        pending = info['pending']
+        last = info['last-delivered-id']
+        consumers = info['consumers']
+        if info['lag'] then lag = info['lag'] else lag = -1 end
+        local first = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
+        if #first > 0 then oldest = first[1][1] end
+      end
+    end
+    if last == '' then
+      local first = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
+      if #first > 0 then oldest = first[1][1] end
+    end
+  end
+  for _, v in ipairs({exists, length, lag, pending, last, oldest, consumers}) do
+    table.insert(out, v)
+  end
+end
+return out
+"""
+
+# Find the entry naming prediction ARGV[2] in KEYS (streams of one slot), from id ARGV[3]
+# on, walking at most ARGV[4] entries per stream; for the one found: its stream, id, holder
+# ('' when not delivered), idle ms and deliveries (XPENDING), entries ahead of it unread, the
+# group's last delivered id and lag (-1: unknown). Redis's clock (ms) first.
+_LOCATE = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local cap = tonumber(ARGV[4])
+local function walk(key, from, to, want)
+  local seen, start = 0, from
+  while seen < cap do
+    local batch = redis.call('XRANGE', key, start, to, 'COUNT', 500)
+    if #batch == 0 then return seen, nil end
+    for _, e in ipairs(batch) do
+      if want then
+        local f = e[2]
+        for i = 1, #f, 2 do
+          if f[i] == 'id' and f[i + 1] == want then return seen, e[1] end
+        end
+      end
+      seen = seen + 1
+    end
+    start = '(' .. batch[#batch][1]
+  end
+  return seen, nil
+end
+for _, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 1 then
+    local _, found = walk(key, ARGV[3], '+', ARGV[2])
+    if found then
+      local last, lag = '0-0', -1
+      for _, group in ipairs(redis.call('XINFO', 'GROUPS', key)) do
+        local info = {}
+        for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
+        if info['name'] == ARGV[1] then
+          last = info['last-delivered-id']
+          if info['lag'] then lag = info['lag'] end
+        end
+      end
+      local holder, idle, deliveries, ahead = '', -1, 0, 0
+      local pending = redis.call('XPENDING', key, ARGV[1], found, found, 1)
+      if #pending > 0 then
+        holder, idle, deliveries = pending[1][2], pending[1][3], pending[1][4]
+      else
+        ahead = walk(key, '(' .. last, '(' .. found, nil)
+      end
+      return {now_ms, key, found, holder, idle, deliveries, ahead, last, lag}
+    end
+  end
+end
+return {now_ms}
+"""
+
+
+def entry_ms(entry_id: str) -> int:
+    return int(entry_id.partition("-")[0] or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class ShardState:
+    stream: str
+    exists: bool
+    length: int
+    #: Entries no director has read yet; None when Redis cannot tell.
+    waiting: int | None
+    pending: int
+    last_delivered: str
+    #: Milliseconds the oldest unread entry has waited; None when none waits (or unknown).
+    oldest_wait_ms: int | None
+    consumers: int
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where a prediction's entry is, and what stands before it."""
+
+    stream: str
+    entry_id: str
+    #: The consumer it is pending with ('' when no director has read it yet).
+    holder: str
+    #: Milliseconds since its holder last read or heartbeated it.
+    idle_ms: int
+    deliveries: int
+    #: Unread entries before it in its shard (capped at ``SCAN_CAP``).
+    ahead: int
+    #: How long it has waited, on Redis's clock.
+    wait_ms: int
+    lag_known: bool
+
+
+async def shard_states(redis: Redis, streams: Sequence[str]) -> dict[str, ShardState]:
+    """The state of each of ``streams``: one script call per slot, the calls concurrent."""
+    script = redis.register_script(_SHARDS)
+    groups = list(by_slot(streams).values())
+    replies: list[Any] = await asyncio.gather(*(script(keys=g, args=[GROUP]) for g in groups))
+    states: dict[str, ShardState] = {}
+    for group, reply in zip(groups, replies, strict=True):
+        now = int(reply[0])
+        for i, stream in enumerate(group):
+            exists, length, lag, pending, last, oldest, consumers = reply[1 + 7 * i : 8 + 7 * i]
+            oldest_id = decoded(oldest)
+            states[stream] = ShardState(
+                stream,
+                bool(int(exists)),
+                int(length),
+                None if int(lag) < 0 else int(lag),
+                int(pending),
+                decoded(last),
+                max(0, now - entry_ms(oldest_id)) if oldest_id else None,
+                int(consumers),
+            )
+    return states
+
+
+async def locate(
+    redis: Redis, streams: Sequence[str], prediction_id: str, since_ms: int
+) -> Location | None:
+    """The entry of ``prediction_id`` among ``streams`` (appended at ``since_ms`` or later)."""
+    script = redis.register_script(_LOCATE)
+    for group in by_slot(streams).values():
+        reply: Any = await script(keys=group, args=[GROUP, prediction_id, since_ms, SCAN_CAP])
+        if len(reply) > 1:
+            now, stream, entry_id, holder, idle, deliveries, ahead, _, lag = reply
+            entry_id = decoded(entry_id)
+            return Location(
+                decoded(stream),
+                entry_id,
+                decoded(holder),
+                int(idle),
+                int(deliveries),
+                int(ahead),
+                max(0, int(now) - entry_ms(entry_id)),
+                int(lag) >= 0,
+            )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    name: str
+    stream: str
+    pending: int
+    idle_ms: int
+
+
+async def consumers(redis: Redis, streams: Sequence[str]) -> list[Consumer]:
+    """Every consumer of the directors' group on ``streams``, in one pipeline."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream in streams:
+            pipe.xinfo_consumers(stream, GROUP)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    found = []
+    for stream, reply in zip(streams, replies, strict=True):
+        if isinstance(reply, Exception):
+            continue  # no such stream or group yet
+        for info in reply:
+            found.append(
+                Consumer(decoded(info["name"]), stream, int(info["pending"]), int(info["idle"]))
+            )
+    return found
+
+
+async def alive(redis: Redis, names: Sequence[str]) -> dict[str, int | None]:
+    """Milliseconds left of each director's heartbeat key; None when it has none (dead)."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.pttl(keys.alive_key(name))
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    return {
+        name: (int(r) if isinstance(r, int) and r >= 0 else None)
+        for name, r in zip(names, replies, strict=True)
+    }
+
+
+async def waiting_ids(redis: Redis, state: ShardState, count: int) -> list[str]:
+    """The prediction ids of up to ``count`` unread entries of a shard, oldest first."""
+    start = f"({state.last_delivered}" if state.last_delivered else "-"
+    entries: Any = await redis.xrange(state.stream, start, "+", count=count)
+    return [decoded(fields[b"id"]) for _, fields in entries if b"id" in fields]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    stream: str
+    entry_id: str
+    prediction_id: str
+    reason: str
+    deliveries: str
+    consumer: str
+
+
+async def dead_letters(
+    redis: Redis, streams: Sequence[str], count: int = 50
+) -> tuple[dict[str, int], list[DeadLetter]]:
+    """Lengths of the dead-letter streams of ``streams``, and their newest entries."""
+    dead = [keys.dead_letter_stream(s) for s in streams]
+    async with redis.pipeline(transaction=False) as pipe:
+        for stream in dead:
+            pipe.xlen(stream)
+            pipe.xrevrange(stream, "+", "-", count=count)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    lengths: dict[str, int] = {}
+    letters: list[DeadLetter] = []
+    for i, stream in enumerate(dead):
+        length, entries = replies[2 * i], replies[2 * i + 1]
+        if not isinstance(length, int) or length == 0:
+            continue
+        lengths[stream] = length
+        for entry_id, raw in entries if isinstance(entries, list) else []:
+            f = {decoded(k): decoded(v) for k, v in raw.items()}
+            letters.append(
+                DeadLetter(
+                    stream,
+                    decoded(entry_id),
+                    f.get("id", ""),
+                    f.get("reason", ""),
+                    f.get("deliveries", ""),
+                    f.get("consumer", ""),
+                )
+            )
+    return lengths, letters

@@ -1,0 +1,230 @@
+"""What each page shows, put together from Postgres (``api.ops.reads``) and Redis
+(``api.ops.queue_view``). Redis away is shown as "unknown" beside Postgres's counts, never as
+0: a page of the operator's is most needed when something is down."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from redis.exceptions import RedisError
+from sqlalchemy import text
+
+from api.deps import Resources
+from api.ops import queue_view, reads
+from api.ops.queue_view import Consumer, ShardState
+from api.ops.why import Waiting, explain
+from tracker import keys
+from tracker.fleet import FleetEntry, read_fleet
+from tracker.keys import Kind, Target
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QueueRow:
+    """One deployable on the overview."""
+
+    target: str
+    label: str
+    shards: int
+    #: From Redis; None: unknown (Redis away, or it cannot tell the lag).
+    waiting: int | None = None
+    in_flight: int | None = None
+    oldest_wait_ms: int | None = None
+    consumers: int | None = None
+    #: From Postgres.
+    starting: int = 0
+    processing: int = 0
+    finished_hour: int = 0
+    failed_hour: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.failed_hour / self.finished_hour if self.finished_hour else None
+
+    @property
+    def mismatch(self) -> bool:
+        """Postgres and Redis disagree on what is queued or running: the reconciler's work."""
+        if self.waiting is None or self.in_flight is None:
+            return False
+        return self.waiting + self.in_flight != self.starting + self.processing
+
+
+def _target_of(name: str, shards: int) -> Target:
+    kind, _, key = name.partition("-")
+    return Target(Kind(kind), key, shards)
+
+
+def _target(row: Any) -> Target:
+    return _target_of(row["target"], int(row["shards"]))
+
+
+def target_streams(row: Any) -> list[str]:
+    """The shard streams of a deployable (a row of ``reads.deployables``)."""
+    return _target(row).all_streams()
+
+
+def _sum_known(values: list[int | None]) -> int | None:
+    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+
+async def overview(resources: Resources) -> tuple[list[QueueRow], str | None]:
+    """A row per deployable that has anything queued, running or finished in the last hour
+    (and every deployment), and what went wrong reading Redis (None: nothing)."""
+    engine = resources.reads
+    targets, unfinished, hour = await asyncio.gather(
+        reads.deployables(engine),
+        reads.unfinished_by_target(engine),
+        reads.last_hour_by_target(engine),
+    )
+    rows = []
+    for t in targets:
+        name = t["target"]
+        counts, done = unfinished.get(name, {}), hour.get(name, {})
+        if name.startswith("vp-") and not counts and not done:
+            continue
+        rows.append(
+            QueueRow(
+                name,
+                t["label"],
+                int(t["shards"]),
+                starting=counts.get("starting", 0),
+                processing=counts.get("processing", 0),
+                finished_hour=done.get("finished", 0),
+                failed_hour=done.get("failed", 0),
+            )
+        )
+    streams = {r.target: _target_of(r.target, r.shards).all_streams() for r in rows}
+    try:
+        states = await queue_view.shard_states(
+            resources.redis, [s for group in streams.values() for s in group]
+        )
+    except (RedisError, OSError) as error:
+        log.warning("overview: Redis unreadable: %r", error)
+        return rows, f"Redis could not be read ({type(error).__name__}): its counts are unknown"
+    for row in rows:
+        shards = [states[s] for s in streams[row.target]]
+        row.waiting = _sum_known([s.waiting for s in shards])
+        row.in_flight = sum(s.pending for s in shards)
+        ages = [s.oldest_wait_ms for s in shards if s.oldest_wait_ms is not None]
+        row.oldest_wait_ms = max(ages) if ages else None
+        row.consumers = max((s.consumers for s in shards), default=0)
+        if row.waiting is None:
+            row.notes.append("Redis cannot tell the lag of a shard (an unread entry was deleted)")
+    return rows, None
+
+
+async def shards_of(resources: Resources, target_name: str) -> list[ShardState]:
+    for t in await reads.deployables(resources.reads):
+        if t["target"] == target_name:
+            streams = _target(t).all_streams()
+            states = await queue_view.shard_states(resources.redis, streams)
+            return [states[s] for s in streams]
+    return []
+
+
+async def why_waiting(resources: Resources, row: Any) -> Waiting:
+    """The "why is this waiting?" panel of an unfinished prediction."""
+    location = None
+    holder_ttl = None
+    target_row = next(
+        (t for t in await reads.deployables(resources.reads) if t["target"] == row["target"]),
+        None,
+    )
+    if target_row is not None:
+        target = _target(target_row)
+        mine = target.streams_for(row["account_id"])
+        others = [s for s in target.all_streams() if s not in mine]
+        since = int(row["created_at"].timestamp() * 1000) - 60_000
+        location = await queue_view.locate(resources.redis, mine + others, row["id"], since)
+        if location is not None and location.holder:
+            holder_ttl = (await queue_view.alive(resources.redis, [location.holder]))[
+                location.holder
+            ]
+    return explain(
+        status=row["status"],
+        created_at=row["created_at"],
+        deadline=row["deadline"],
+        cancel_requested=row["cancel_requested"],
+        attempt=row["attempt"],
+        location=location,
+        holder_ttl_ms=holder_ttl,
+        visibility_timeout_s=resources.settings.ops_visibility_timeout,
+        now=datetime.now(UTC),
+    )
+
+
+@dataclass
+class Director:
+    name: str
+    streams: int = 0
+    in_flight: int = 0
+    idle_ms: int | None = None
+    heartbeat_left_ms: int | None = None
+    runners: list[FleetEntry] = field(default_factory=list)
+
+
+async def workers(resources: Resources) -> tuple[list[Director], list[FleetEntry], list[str]]:
+    """The directors (consumers of any shard, and fleet writers), the fleet, the lane's api
+    replicas."""
+    targets = await reads.deployables(resources.reads)
+    streams = [s for t in targets for s in _target(t).all_streams()]
+    found: list[Consumer] = await queue_view.consumers(resources.redis, streams)
+    fleet = await read_fleet(resources.redis)
+    directors: dict[str, Director] = {}
+    for consumer in found:
+        d = directors.setdefault(consumer.name, Director(consumer.name))
+        d.streams += 1
+        d.in_flight += consumer.pending
+        d.idle_ms = consumer.idle_ms if d.idle_ms is None else min(d.idle_ms, consumer.idle_ms)
+    for entry in fleet.values():
+        directors.setdefault(entry.director, Director(entry.director)).runners.append(entry)
+    alive = await queue_view.alive(resources.redis, list(directors))
+    for name, left in alive.items():
+        directors[name].heartbeat_left_ms = left
+    members = await resources.redis.zrange(keys.LANE_MEMBERS, 0, -1)
+    lane = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+    ordered = sorted(directors.values(), key=lambda d: (d.heartbeat_left_ms is None, d.name))
+    return ordered, sorted(fleet.values(), key=lambda e: e.id), lane
+
+
+async def fairness(resources: Resources, sample: int = 500) -> list[dict[str, Any]]:
+    """Each account's share of each shard's unread entries (the oldest ``sample`` of each)."""
+    shares: list[dict[str, Any]] = []
+    for t in await reads.deployables(resources.reads):
+        streams = _target(t).all_streams()
+        states = await queue_view.shard_states(resources.redis, streams)
+        for stream in streams:
+            state = states[stream]
+            if not state.exists or not state.length:
+                continue
+            ids = await queue_view.waiting_ids(resources.redis, state, sample)
+            if not ids:
+                continue
+            async with resources.reads.connect() as conn:
+                result = await conn.execute(
+                    text(
+                        "SELECT a.name, count(*) FROM predictions p JOIN accounts a "
+                        "ON a.id = p.account_id WHERE p.id = ANY(CAST(:ids AS text[])) "
+                        "GROUP BY a.name"
+                    ),
+                    {"ids": ids},
+                )
+                counts = Counter({name: int(n) for name, n in result})
+            parsed = keys.parse_input_stream(stream)
+            shares.append(
+                {
+                    "label": t["label"],
+                    "shard": parsed.shard if parsed else "?",
+                    "sampled": len(ids),
+                    "waiting": state.waiting,
+                    "accounts": counts.most_common(),
+                }
+            )
+    return shares

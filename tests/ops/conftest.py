@@ -1,0 +1,78 @@
+"""The operator page in a real browser: Debian's Chromium driven by Playwright, pinned to UTC
+and one viewport, a trace kept for each failed test (under the test's tmp path)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.conftest import Stack
+from tests.fixtures.admin import Admin
+from tests.fixtures.browser import CHROMIUM_ARGS, Console, chromium_path, sign_in
+
+#: Where the README's screenshots are written by the tests that take them.
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "images"
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    path = chromium_path()
+    if path is None:
+        pytest.skip("no Chromium (apt-get install chromium, or set CONDUIT_TEST_CHROMIUM)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=path, args=CHROMIUM_ARGS, headless=True
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.when == "call":
+        item.failed_call = report.failed  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def console() -> Console:
+    return Console()
+
+
+@pytest.fixture
+def page(
+    browser: Browser, console: Console, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Page]:
+    context = browser.new_context(
+        timezone_id="UTC", locale="en-US", viewport={"width": 1400, "height": 900}
+    )
+    context.tracing.start(screenshots=True, snapshots=True)
+    opened = context.new_page()
+    opened.set_default_timeout(30_000)
+    console.watch(opened)
+    yield opened
+    if getattr(request.node, "failed_call", False):
+        trace = tmp_path / "trace.zip"
+        context.tracing.stop(path=str(trace))
+        print(f"Playwright trace: {trace} (playwright show-trace {trace})")
+    else:
+        context.tracing.stop()
+    context.close()
+
+
+@pytest.fixture(scope="session")
+def operator(admin: Admin) -> str:
+    """The token of an admin account: it signs in to /ops."""
+    return admin.create_account(f"ops-{uuid.uuid4().hex[:8]}", admin_flag=True)
+
+
+@pytest.fixture
+def ops_page(page: Page, stack: Stack, operator: str) -> Page:
+    """A page signed in to /ops as an admin."""
+    sign_in(page, stack.api_url, operator)
+    return page
