@@ -20,7 +20,6 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 ``conduit:epoch``                     when this Redis's data began (a restart without data
                                       starts a new epoch)
 ``cancel:predictions``                pub/sub channel: ids of predictions to cancel
-``ops:session:<digest>``              an operator's sign-in to ``/ops`` (``api.ops.sessions``)
 ``conduit:stream-signing-key``        the key of stream capability URLs, when none is
                                       configured (``tracker.capabilities``)
 ``fleet:{fleet}:runner:<id>``         a runner's fleet entry (JSON, expires unless its director
@@ -181,12 +180,6 @@ def doorbell_key(tag: str = "") -> str:
     hub blocks on it alone and reads only the streams it names, rather than blocking on every
     stream it watches (``tracker.event_readers``)."""
     return f"events:doorbell:{{{tag}}}" if tag else "events:doorbell"
-
-
-def ops_session_key(digest: str) -> str:
-    """An operator's sign-in to ``/ops``, by a digest of its cookie (the cookie itself is never
-    stored)."""
-    return f"ops:session:{digest}"
 
 
 def alive_key(consumer: str) -> str:

@@ -405,3 +405,18 @@ class OpsAction(Base):
     detail: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _now()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class OpsSession(Base):
+    """An operator's sign-in to ``/ops``, by the SHA-256 of its cookie (``api.ops.sessions``)."""
+
+    __tablename__ = "ops_sessions"
+    __table_args__ = (Index("ix_ops_sessions_expires_at", "expires_at"),)
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    #: ``admin`` or ``viewer``, as it was at sign-in.
+    role: Mapped[str] = mapped_column(String(16))
+    csrf: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _now()

@@ -5,6 +5,8 @@ read at a million predictions
 - ``accounts.ops_role``: ``viewer`` signs in to ``/ops`` read-only (``is_admin`` acts).
 - ``predictions.retry_of``: the prediction a retry was made from (the detail page lists the
   retries of one by it).
+- ``ops_sessions``: operators' sign-ins, by a digest of the cookie (Postgres, so that the page
+  lets its operator in while Redis is down).
 - ``ops_actions``: who did what from ``/ops``, on which filter and how many; a bulk action's
   progress (``done``, its keyset ``cursor``) is committed with each batch, so one cut short
   resumes where it stopped and never acts twice on a prediction.
@@ -69,6 +71,26 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_ops_actions"),
     )
     op.create_index("ix_ops_actions_created", "ops_actions", ["created_at"])
+    op.create_table(
+        "ops_sessions",
+        sa.Column("digest", sa.String(64), nullable=False),
+        sa.Column(
+            "account_id",
+            sa.BigInteger,
+            sa.ForeignKey(
+                "accounts.id", name="fk_ops_sessions_account_id_accounts", ondelete="CASCADE"
+            ),
+            nullable=False,
+        ),
+        sa.Column("role", sa.String(16), nullable=False),
+        sa.Column("csrf", sa.String(64), nullable=False),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.PrimaryKeyConstraint("digest", name="pk_ops_sessions"),
+    )
+    op.create_index("ix_ops_sessions_expires_at", "ops_sessions", ["expires_at"])
     op.create_index(
         "ix_ops_actions_running",
         "ops_actions",
@@ -92,6 +114,7 @@ def downgrade() -> None:
         op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_webhook_deliveries_prediction_id")
         for name, _, _ in INDEXES:
             op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    op.drop_table("ops_sessions")
     op.drop_table("ops_actions")
     op.drop_column("predictions", "retry_of")
     op.drop_column("accounts", "ops_role")

@@ -57,7 +57,7 @@ OpenedDep = Annotated[Resources, Depends(opened)]
 
 
 def sessions(resources: Resources) -> Sessions:
-    return Sessions(resources.redis, resources.settings.ops_session_ttl)
+    return Sessions(resources.engine, resources.settings.ops_session_ttl)
 
 
 async def signed_in(request: Request, resources: OpenedDep) -> OpsSession:

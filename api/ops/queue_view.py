@@ -20,21 +20,39 @@ from tracker import keys
 from tracker.redis_connect import decoded
 from tracker.slots import by_slot
 
-#: Most entries one count or search walks.
+#: Most entries one search walks.
 SCAN_CAP = 50_000
+#: Most entries one count of a shard's unread entries walks (when Redis cannot tell its lag).
+COUNT_CAP = 10_000
 
-# Redis's clock in ms first; then per stream: whether it exists, its length, the group's lag
-# (-1: Redis cannot tell, as after an unread entry was deleted), pending count, last delivered
-# id, the oldest unread entry's id ('' when none), and the number of consumers.
+# Redis's clock in ms first; then per stream: whether it exists, its length, its unread
+# entries, whether that count stopped at the cap, its pending count, the group's last delivered
+# id, the oldest unread entry's id ('' when none), and the number of consumers. The unread
+# count is the group's lag when Redis can tell it; Redis cannot once an entry after the oldest
+# one still there was deleted (every acknowledged entry is, here, so that is the usual case
+# while entries are in flight), and then the entries after the last delivered id are counted,
+# up to ARGV[2].
 _SHARDS = """
 local now = redis.call('TIME')
 local out = {tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+local cap = tonumber(ARGV[2])
+local function unread_after(key, last)
+  local seen, start = 0, '(' .. last
+  if last == '' then start = '-' end
+  while seen < cap do
+    local batch = redis.call('XRANGE', key, start, '+', 'COUNT', 1000)
+    if #batch == 0 then return seen, 0 end
+    seen = seen + #batch
+    start = '(' .. batch[#batch][1]
+  end
+  return seen, 1
+end
 for _, key in ipairs(KEYS) do
-  local exists, length, lag, pending, last, oldest, consumers = 0, 0, -1, 0, '', '', 0
+  local exists, length, unread, capped, pending, last, oldest, consumers = 0, 0, 0, 0, 0, '', '', 0
   if redis.call('EXISTS', key) == 1 then
     exists = 1
     length = redis.call('XLEN', key)
-    lag = length
+    local lag = nil
     for _, group in ipairs(redis.call('XINFO', 'GROUPS', key)) do
       local info = {}
       for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
@@ -42,17 +60,25 @@ for _, key in ipairs(KEYS) do
         pending = info['pending']
         last = info['last-delivered-id']
         consumers = info['consumers']
-        if info['lag'] then lag = info['lag'] else lag = -1 end
-        local first = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
-        if #first > 0 then oldest = first[1][1] end
+        lag = info['lag']
       end
     end
     if last == '' then
-      local first = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
-      if #first > 0 then oldest = first[1][1] end
+      unread = length
+    elseif lag then
+      unread = lag
+    else
+      unread, capped = unread_after(key, last)
     end
+    local first
+    if last == '' then
+      first = redis.call('XRANGE', key, '-', '+', 'COUNT', 1)
+    else
+      first = redis.call('XRANGE', key, '(' .. last, '+', 'COUNT', 1)
+    end
+    if #first > 0 then oldest = first[1][1] end
   end
-  for _, v in ipairs({exists, length, lag, pending, last, oldest, consumers}) do
+  for _, v in ipairs({exists, length, unread, capped, pending, last, oldest, consumers}) do
     table.insert(out, v)
   end
 end
@@ -61,8 +87,8 @@ return out
 
 # Find the entry naming prediction ARGV[2] in KEYS (streams of one slot), from id ARGV[3]
 # on, walking at most ARGV[4] entries per stream; for the one found: its stream, id, holder
-# ('' when not delivered), idle ms and deliveries (XPENDING), entries ahead of it unread, the
-# group's last delivered id and lag (-1: unknown). Redis's clock (ms) first.
+# ('' when not delivered), idle ms and deliveries (XPENDING), and the unread entries ahead of
+# it. Redis's clock (ms) first.
 _LOCATE = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -89,14 +115,11 @@ for _, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then
     local _, found = walk(key, ARGV[3], '+', ARGV[2])
     if found then
-      local last, lag = '0-0', -1
+      local last = '0-0'
       for _, group in ipairs(redis.call('XINFO', 'GROUPS', key)) do
         local info = {}
         for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
-        if info['name'] == ARGV[1] then
-          last = info['last-delivered-id']
-          if info['lag'] then lag = info['lag'] end
-        end
+        if info['name'] == ARGV[1] then last = info['last-delivered-id'] end
       end
       local holder, idle, deliveries, ahead = '', -1, 0, 0
       local pending = redis.call('XPENDING', key, ARGV[1], found, found, 1)
@@ -105,7 +128,7 @@ for _, key in ipairs(KEYS) do
       else
         ahead = walk(key, '(' .. last, '(' .. found, nil)
       end
-      return {now_ms, key, found, holder, idle, deliveries, ahead, last, lag}
+      return {now_ms, key, found, holder, idle, deliveries, ahead}
     end
   end
 end
@@ -122,8 +145,10 @@ class ShardState:
     stream: str
     exists: bool
     length: int
-    #: Entries no director has read yet; None when Redis cannot tell.
-    waiting: int | None
+    #: Entries no director has read yet (at least, when ``capped``).
+    waiting: int
+    #: The count stopped at ``COUNT_CAP``: there are more.
+    capped: bool
     pending: int
     last_delivered: str
     #: Milliseconds the oldest unread entry has waited; None when none waits (or unknown).
@@ -146,25 +171,29 @@ class Location:
     ahead: int
     #: How long it has waited, on Redis's clock.
     wait_ms: int
-    lag_known: bool
 
 
 async def shard_states(redis: Redis, streams: Sequence[str]) -> dict[str, ShardState]:
     """The state of each of ``streams``: one script call per slot, the calls concurrent."""
     script = redis.register_script(_SHARDS)
     groups = list(by_slot(streams).values())
-    replies: list[Any] = await asyncio.gather(*(script(keys=g, args=[GROUP]) for g in groups))
+    replies: list[Any] = await asyncio.gather(
+        *(script(keys=g, args=[GROUP, COUNT_CAP]) for g in groups)
+    )
     states: dict[str, ShardState] = {}
     for group, reply in zip(groups, replies, strict=True):
         now = int(reply[0])
         for i, stream in enumerate(group):
-            exists, length, lag, pending, last, oldest, consumers = reply[1 + 7 * i : 8 + 7 * i]
+            exists, length, unread, capped, pending, last, oldest, consumers = reply[
+                1 + 8 * i : 9 + 8 * i
+            ]
             oldest_id = decoded(oldest)
             states[stream] = ShardState(
                 stream,
                 bool(int(exists)),
                 int(length),
-                None if int(lag) < 0 else int(lag),
+                int(unread),
+                bool(int(capped)),
                 int(pending),
                 decoded(last),
                 max(0, now - entry_ms(oldest_id)) if oldest_id else None,
@@ -181,7 +210,7 @@ async def locate(
     for group in by_slot(streams).values():
         reply: Any = await script(keys=group, args=[GROUP, prediction_id, since_ms, SCAN_CAP])
         if len(reply) > 1:
-            now, stream, entry_id, holder, idle, deliveries, ahead, _, lag = reply
+            now, stream, entry_id, holder, idle, deliveries, ahead = reply
             entry_id = decoded(entry_id)
             return Location(
                 decoded(stream),
@@ -191,7 +220,6 @@ async def locate(
                 int(deliveries),
                 int(ahead),
                 max(0, int(now) - entry_ms(entry_id)),
-                int(lag) >= 0,
             )
     return None
 

@@ -1,10 +1,11 @@
-"""Operators' sign-ins to ``/ops``: a random cookie, its digest a Redis key, a CSRF token each.
+"""Operators' sign-ins to ``/ops``: a random cookie, its digest a row, a CSRF token each.
 
 The API token is handed over once, in a POST body, and never travels again: the browser holds
-only the session cookie (``HttpOnly``, ``SameSite=Strict``, path ``/ops``), which names a
-record in Redis by its SHA-256 (a Redis dump does not hold usable cookies). Each record carries
-the CSRF token every POST must echo, and expires after ``ttl`` seconds without use; signing out
-deletes it, so a copied cookie dies with it.
+only the session cookie (``HttpOnly``, ``SameSite=Strict``, path ``/ops``), which names a row of
+``ops_sessions`` by its SHA-256 (a database dump holds no usable cookie). Each row carries the
+CSRF token every POST must echo, and expires after ``ttl`` seconds without use; signing out
+deletes it, so a copied cookie dies with it. Kept in Postgres, not Redis: the page must still
+let its operator in while Redis is down, which is when it is needed most.
 """
 
 from __future__ import annotations
@@ -15,11 +16,8 @@ import secrets
 from dataclasses import dataclass
 from enum import StrEnum
 
-import orjson
-from redis.asyncio import Redis
-from redis.exceptions import RedisError
-
-from tracker.keys import ops_session_key
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 COOKIE = "conduit_ops"
 #: The CSRF cookie of the sign-in form, before any session exists (double submit).
@@ -53,36 +51,60 @@ def same_token(given: str | None, expected: str) -> bool:
 
 
 class Sessions:
-    def __init__(self, redis: Redis, ttl: int) -> None:
-        self.redis = redis
+    def __init__(self, engine: AsyncEngine, ttl: int) -> None:
+        self.engine = engine
         self.ttl = ttl
 
     async def start(self, account_id: int, account: str, role: Role) -> tuple[str, OpsSession]:
-        """A new session: the cookie to set, and the session."""
+        """A new session: the cookie to set, and the session. Expired ones go meanwhile."""
         cookie = secrets.token_urlsafe(32)
         session = OpsSession(account_id, account, role, secrets.token_urlsafe(32))
-        record = {"account_id": account_id, "account": account, "role": role.value}
-        record["csrf"] = session.csrf
-        await self.redis.set(ops_session_key(_digest(cookie)), orjson.dumps(record), ex=self.ttl)
+        async with self.engine.begin() as conn:
+            await conn.execute(text("DELETE FROM ops_sessions WHERE expires_at < now()"))
+            await conn.execute(
+                text(
+                    "INSERT INTO ops_sessions (digest, account_id, role, csrf, expires_at) "
+                    "VALUES (:digest, :account_id, :role, :csrf, "
+                    "now() + make_interval(secs => :ttl))"
+                ),
+                {
+                    "digest": _digest(cookie),
+                    "account_id": account_id,
+                    "role": role.value,
+                    "csrf": session.csrf,
+                    "ttl": self.ttl,
+                },
+            )
         return cookie, session
 
     async def find(self, cookie: str | None) -> OpsSession | None:
         """The session ``cookie`` names, its expiry pushed back; None for none (or a malformed
-        cookie, or Redis away: the page then asks to sign in again, it shows nothing)."""
+        cookie, or an account no longer active or no longer an operator). The role is the
+        account's now, not at sign-in: a withdrawn admin acts no more."""
         if not cookie or len(cookie) > 100:
             return None
-        key = ops_session_key(_digest(cookie))
-        try:
-            raw = await self.redis.getex(key, ex=self.ttl)
-        except RedisError:
+        async with self.engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    text(
+                        "UPDATE ops_sessions s SET expires_at = now() + make_interval(secs => :ttl)"
+                        " FROM accounts a WHERE s.digest = :digest AND s.expires_at > now()"
+                        " AND a.id = s.account_id AND a.active"
+                        " AND (a.is_admin OR a.ops_role = 'viewer')"
+                        " RETURNING s.account_id, a.name,"
+                        " CASE WHEN a.is_admin THEN 'admin' ELSE 'viewer' END, s.csrf"
+                    ),
+                    {"digest": _digest(cookie), "ttl": self.ttl},
+                )
+            ).first()
+        if row is None:
             return None
-        if raw is None:
-            return None
-        record = orjson.loads(raw)
-        return OpsSession(
-            int(record["account_id"]), record["account"], Role(record["role"]), record["csrf"]
-        )
+        return OpsSession(int(row[0]), row[1], Role(row[2]), row[3])
 
     async def end(self, cookie: str | None) -> None:
         if cookie and len(cookie) <= 100:
-            await self.redis.delete(ops_session_key(_digest(cookie)))
+            async with self.engine.begin() as conn:
+                await conn.execute(
+                    text("DELETE FROM ops_sessions WHERE digest = :digest"),
+                    {"digest": _digest(cookie)},
+                )

@@ -24,6 +24,9 @@ from tracker.keys import Kind, Target
 
 log = logging.getLogger(__name__)
 
+#: Seconds a page waits for Redis before it shows Redis's numbers as unknown.
+REDIS_WAIT = 2.0
+
 
 @dataclass
 class QueueRow:
@@ -32,8 +35,10 @@ class QueueRow:
     target: str
     label: str
     shards: int
-    #: From Redis; None: unknown (Redis away, or it cannot tell the lag).
+    #: From Redis; None: unknown (Redis could not be read).
     waiting: int | None = None
+    #: ``waiting`` is a lower bound: a shard's count stopped at its cap.
+    waiting_capped: bool = False
     in_flight: int | None = None
     oldest_wait_ms: int | None = None
     consumers: int | None = None
@@ -51,7 +56,7 @@ class QueueRow:
     @property
     def mismatch(self) -> bool:
         """Postgres and Redis disagree on what is queued or running: the reconciler's work."""
-        if self.waiting is None or self.in_flight is None:
+        if self.waiting is None or self.in_flight is None or self.waiting_capped:
             return False
         return self.waiting + self.in_flight != self.starting + self.processing
 
@@ -68,10 +73,6 @@ def _target(row: Any) -> Target:
 def target_streams(row: Any) -> list[str]:
     """The shard streams of a deployable (a row of ``reads.deployables``)."""
     return _target(row).all_streams()
-
-
-def _sum_known(values: list[int | None]) -> int | None:
-    return None if any(v is None for v in values) else sum(v for v in values if v is not None)
 
 
 async def overview(resources: Resources) -> tuple[list[QueueRow], str | None]:
@@ -102,21 +103,23 @@ async def overview(resources: Resources) -> tuple[list[QueueRow], str | None]:
         )
     streams = {r.target: _target_of(r.target, r.shards).all_streams() for r in rows}
     try:
-        states = await queue_view.shard_states(
-            resources.redis, [s for group in streams.values() for s in group]
+        states = await asyncio.wait_for(
+            queue_view.shard_states(
+                resources.redis, [s for group in streams.values() for s in group]
+            ),
+            REDIS_WAIT,
         )
-    except (RedisError, OSError) as error:
+    except (RedisError, OSError, TimeoutError) as error:
         log.warning("overview: Redis unreadable: %r", error)
         return rows, f"Redis could not be read ({type(error).__name__}): its counts are unknown"
     for row in rows:
         shards = [states[s] for s in streams[row.target]]
-        row.waiting = _sum_known([s.waiting for s in shards])
+        row.waiting = sum(s.waiting for s in shards)
+        row.waiting_capped = any(s.capped for s in shards)
         row.in_flight = sum(s.pending for s in shards)
         ages = [s.oldest_wait_ms for s in shards if s.oldest_wait_ms is not None]
         row.oldest_wait_ms = max(ages) if ages else None
         row.consumers = max((s.consumers for s in shards), default=0)
-        if row.waiting is None:
-            row.notes.append("Redis cannot tell the lag of a shard (an unread entry was deleted)")
     return rows, None
 
 

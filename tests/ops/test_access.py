@@ -25,16 +25,15 @@ CSP = "default-src 'self'; script-src 'self'; object-src 'none'"
 OPS_PATHS = ["/ops", "/ops/login", "/ops/predictions", "/ops/static/htmx-2.0.11.min.js"]
 
 
-def test_closed_until_an_operator_account_exists(
-    launcher: Launcher, services: ServiceUrls
-) -> None:
+def test_closed_until_an_operator_account_exists(launcher: Launcher, services: ServiceUrls) -> None:
     fresh = create_database(services.database_url, _db_name())
     migrate(fresh)
     admin = Admin(fresh)
     customer = admin.create_account("customer")  # a token, but no operator's
-    with launcher.own_api(env={"DATABASE_URL": fresh}) as api_url, httpx.Client(
-        base_url=api_url
-    ) as http:
+    with (
+        launcher.own_api(env={"DATABASE_URL": fresh}) as api_url,
+        httpx.Client(base_url=api_url) as http,
+    ):
         unknown = http.get("/no-such-path")
         for path in OPS_PATHS:
             answer = http.get(path, headers={"Authorization": f"Bearer {customer}"})
