@@ -76,7 +76,7 @@ async def audit(
             "INSERT INTO ops_actions (account_id, action, subject, filter, expected, done, "
             "status, detail, finished_at) VALUES (:account, :action, :subject, "
             "CAST(:filter AS jsonb), :expected, :done, :status, :detail, "
-            "CASE WHEN :status = 'running' THEN NULL ELSE now() END) RETURNING id"
+            "CASE WHEN CAST(:finished AS boolean) THEN now() END) RETURNING id"
         ),
         {
             "account": account_id,
@@ -87,6 +87,7 @@ async def audit(
             "done": done,
             "status": status,
             "detail": detail,
+            "finished": status != "running",
         },
     )
     return int(found)

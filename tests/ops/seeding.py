@@ -78,7 +78,7 @@ def seed_failed(database_url: str, deployment: Idle, account: str, count: int, e
               deployment, input, status, error, target, created_at, completed_at)
             SELECT 'seed' || left(md5(random()::text || g), 28), a.id, m.owner || '/' || m.name,
               d.version_id, d.id, d.owner || '/' || d.name,
-              jsonb_build_object('prompt', 'seeded ' || g, 'n', g % 7 + 1),
+              jsonb_build_object('prompt', 'seeded ' || g, 'n', g %% 7 + 1),
               'failed', %(error)s || ' #' || g, 'dp-' || d.owner || '/' || d.name,
               now() - make_interval(secs => g), now() - make_interval(secs => g)
             FROM generate_series(1, %(count)s) AS g, accounts a, deployments d
