@@ -47,6 +47,7 @@ class Gate:
 
 
 async def opened(request: Request, resources: ResourcesDep) -> Resources:
+    request.state.ops_started = time.perf_counter()  # for the page's Server-Timing
     gate: Gate = request.app.state.ops_gate
     if not await gate.is_open(resources):
         raise HTTPException(404, "Not Found")

@@ -4,6 +4,7 @@ carries, and the vendored static files (htmx and its SSE extension; no CDN, no b
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -83,7 +84,11 @@ def page(
         and request.headers.get("hx-boosted") != "true",
         **context,
     )
-    return HTMLResponse(body, status_code, headers={**HEADERS, **(headers or {})})
+    started = getattr(request.state, "ops_started", None)
+    timing = {}
+    if started is not None:  # what the page cost this server, transport aside
+        timing["Server-Timing"] = f"app;dur={(time.perf_counter() - started) * 1000:.2f}"
+    return HTMLResponse(body, status_code, headers={**HEADERS, **timing, **(headers or {})})
 
 
 def _read_static() -> dict[str, bytes]:
