@@ -14,7 +14,7 @@ import contextlib
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
-from api.ops import actions, forms, pages
+from api.ops import actions, forms, gateway_page, pages
 from api.ops.access import Gate, SignInRequired, login_path
 from api.settings import ApiSettings
 from tracker.render import PredictionLinks
@@ -34,6 +34,7 @@ def install(app: FastAPI, settings: ApiSettings) -> None:
     app.add_exception_handler(SignInRequired, _sign_in)
     app.include_router(pages.router)
     app.include_router(forms.router)
+    app.include_router(gateway_page.router)
 
 
 async def start(app: FastAPI) -> None:
