@@ -258,11 +258,11 @@ def main() -> None:
             api.terminate()
             api.wait(30)
     header = f"{'page (server time, ms)':<40}" + "".join(
-        f"{f'{s:,} p50':>13}{f'{s:,} p99':>13}" for s in sizes
+        f"{f'{s:,} p50':>15}{f'{s:,} p99':>15}" for s in sizes
     )
     print(header)
     for name, by_size in results.items():
-        cells = "".join(f"{by_size[s][0]:13.2f}{by_size[s][1]:13.2f}" for s in sizes)
+        cells = "".join(f"{by_size[s][0]:15.2f}{by_size[s][1]:15.2f}" for s in sizes)
         print(f"{name:<40}{cells}")
 
 

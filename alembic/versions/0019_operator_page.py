@@ -14,7 +14,9 @@ read at a million predictions
   newest first; by deployable (``target``) and by model newest first; failed ones newest first
   (the failed page, the status filter); finished ones by ``completed_at`` (the last hour's
   throughput and errors); retries by what they retry; a graph run's steps; a prediction's
-  webhook deliveries.
+  webhook deliveries; the unfinished ones by status and deployable (replacing the status-only
+  index: the overview counts from the index alone); failed ones' errors by trigram (pg_trgm),
+  for the error-text filter.
 
 Revision ID: 0019
 Revises: 0018
@@ -41,6 +43,11 @@ INDEXES = [
     ("ix_predictions_completed", "(completed_at)", "completed_at IS NOT NULL"),
     ("ix_predictions_retry_of", "(retry_of)", "retry_of IS NOT NULL"),
     ("ix_predictions_graph_run", "((graph ->> 'id'))", "graph IS NOT NULL"),
+    (
+        "ix_predictions_unfinished_target",
+        "(status, target)",
+        "status IN ('starting', 'processing')",
+    ),
 ]
 
 
@@ -107,10 +114,35 @@ def upgrade() -> None:
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_webhook_deliveries_prediction_id "
             "ON webhook_deliveries (prediction_id)"
         )
+        # The unfinished index with the target beside the status: the overview counts per
+        # deployable from the index alone. It replaces the status-only one (same entries).
+        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_predictions_unfinished")
+        _error_search_index()
+
+
+def _error_search_index() -> None:
+    """Trigram index of failed predictions' errors, for the error-text filter (``ILIKE``).
+    pg_trgm ships with PostgreSQL and is a trusted extension (a database owner may create it);
+    where it cannot be created the filter still works, by scanning failed predictions."""
+    bind = op.get_bind()
+    try:
+        bind.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+    except Exception as error:  # any refusal: go on without the index
+        print(f"pg_trgm not available ({error}); error-text search scans failed predictions")
+        return
+    bind.exec_driver_sql(
+        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_predictions_failed_error "
+        "ON predictions USING gin (error gin_trgm_ops) WHERE status = 'failed'"
+    )
 
 
 def downgrade() -> None:
     with op.get_context().autocommit_block():
+        op.execute(
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_predictions_unfinished ON predictions "
+            "(status) WHERE status IN ('starting', 'processing')"
+        )
+        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_predictions_failed_error")
         op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_webhook_deliveries_prediction_id")
         for name, _, _ in INDEXES:
             op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")

@@ -261,11 +261,21 @@ async def alive(redis: Redis, names: Sequence[str]) -> dict[str, int | None]:
     }
 
 
-async def waiting_ids(redis: Redis, state: ShardState, count: int) -> list[str]:
-    """The prediction ids of up to ``count`` unread entries of a shard, oldest first."""
-    start = f"({state.last_delivered}" if state.last_delivered else "-"
-    entries: Any = await redis.xrange(state.stream, start, "+", count=count)
-    return [decoded(fields[b"id"]) for _, fields in entries if b"id" in fields]
+async def waiting_ids_of(
+    redis: Redis, states: Sequence[ShardState], count: int
+) -> dict[str, list[str]]:
+    """The prediction ids of up to ``count`` unread entries of each shard, oldest first, in
+    one pipeline."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for state in states:
+            start = f"({state.last_delivered}" if state.last_delivered else "-"
+            pipe.xrange(state.stream, start, "+", count=count)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+    found: dict[str, list[str]] = {}
+    for state, entries in zip(states, replies, strict=True):
+        if isinstance(entries, list):
+            found[state.stream] = [decoded(f[b"id"]) for _, f in entries if b"id" in f]
+    return found
 
 
 @dataclass(frozen=True, slots=True)

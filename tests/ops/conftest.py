@@ -18,8 +18,11 @@ from tests.fixtures.browser import CHROMIUM_ARGS, Console, chromium_path, sign_i
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
+    """One browser for this package's tests, gone before any other package's: Playwright's
+    synchronous API holds an event loop of its own, which the asyncio tests elsewhere must not
+    find running."""
     path = chromium_path()
     if path is None:
         pytest.skip("no Chromium (apt-get install chromium, or set CONDUIT_TEST_CHROMIUM)")
