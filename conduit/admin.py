@@ -79,6 +79,15 @@ async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> str:
     return f"account {account} is {'an admin' if admin else 'not an admin'}"
 
 
+async def set_ops_role(engine: AsyncEngine, account: str, withdraw: bool) -> str:
+    """Whether ``account`` may look at the operator page (``/ops``) read-only."""
+    try:
+        await catalog_admin.set_ops_role(engine, account, None if withdraw else "viewer")
+    except LookupError as error:
+        raise SystemExit(str(error)) from error
+    return f"account {account} {'may not' if withdraw else 'may'} look at /ops (read-only)"
+
+
 FLEET_COLUMNS = ("ID", "DEPLOYMENT", "URL", "STATE", "CONCURRENCY", "HARDWARE", "HEARTBEAT")
 
 

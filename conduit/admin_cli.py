@@ -44,6 +44,12 @@ def cmd_set_admin(args: argparse.Namespace) -> None:
     print(_with_engine(lambda engine: admin.set_admin(engine, args.account, not args.withdraw)))
 
 
+def cmd_ops_viewer(args: argparse.Namespace) -> None:
+    from conduit import admin
+
+    print(_with_engine(lambda engine: admin.set_ops_role(engine, args.account, args.withdraw)))
+
+
 def cmd_fleet(args: argparse.Namespace) -> None:
     from api.settings import ApiSettings
     from conduit import admin
@@ -244,6 +250,12 @@ def add_admin(sub: Any) -> None:
     set_admin.add_argument("account", metavar="ACCOUNT")
     set_admin.add_argument("--withdraw", action="store_true", help="make it an admin no more")
     set_admin.set_defaults(func=cmd_set_admin)
+    viewer = admin_sub.add_parser(
+        "ops-viewer", help="let an account look at the operator page (/ops), read-only"
+    )
+    viewer.add_argument("account", metavar="ACCOUNT")
+    viewer.add_argument("--withdraw", action="store_true", help="let it look no more")
+    viewer.set_defaults(func=cmd_ops_viewer)
     fleet = admin_sub.add_parser(
         "fleet", help="list the runners of the fleet (REDIS_URL), with state and heartbeat age"
     )

@@ -268,6 +268,14 @@ async def entitle_deployment_priority(
         )
 
 
+async def set_ops_role(engine: AsyncEngine, account: str, role: str | None) -> None:
+    """``viewer``: ``account`` signs in to the operator page read-only; None: it does not
+    (an admin always may, and acts there)."""
+    async with engine.begin() as conn:
+        account_id = await _account_id(conn, account)
+        await conn.execute(update(Account).where(Account.id == account_id).values(ops_role=role))
+
+
 async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> None:
     """Whether ``account`` is an admin (may read the fleet)."""
     async with engine.begin() as conn:
