@@ -271,6 +271,32 @@ class RunnerClient:
     async def capabilities(self) -> Capabilities | None:
         """``GET /v1/capabilities``. ``STOCK_COG`` when the runner has no such route (404) or
         answers something unreadable; None when it cannot say yet (starting, unreachable)."""
+        read = await self._read_capabilities()
+        if read is None:
+            return None
+        status, body = read
+        if status == 200:
+            try:
+                return Capabilities.from_json(body)
+            except ValueError:
+                return STOCK_COG
+        if status in (404, 405):
+            return STOCK_COG
+        if status in (401, 403):
+            log.warning("runner refused to say what it is (%d): %s", status, _HINT)
+        return None
+
+    async def capabilities_document(self) -> dict[str, Any] | None:
+        """The capability document as the runner sent it (a pool host's lists its slots);
+        None when it sent none."""
+        read = await self._read_capabilities()
+        if read is None or read[0] != 200 or not isinstance(read[1], dict):
+            return None
+        return read[1]
+
+    async def _read_capabilities(self) -> tuple[int, Any] | None:
+        """The status and JSON body of ``GET /v1/capabilities`` (``_UNREADABLE`` for a body
+        that is not JSON); None when the runner cannot be reached."""
         try:
             async with self.session.get(
                 f"{self.base_url}{wire.CAPABILITIES_PATH}",
@@ -278,20 +304,20 @@ class RunnerClient:
                 timeout=aiohttp.ClientTimeout(total=5),
                 allow_redirects=False,
             ) as response:
-                if response.status == 200:
-                    try:
-                        return Capabilities.from_json(await response.json(content_type=None))
-                    except ValueError:
-                        return STOCK_COG
-                await response.read()
-                if response.status in (404, 405):
-                    return STOCK_COG
-                if response.status in (401, 403):
-                    log.warning("runner refused to say what it is (%d): %s", response.status, _HINT)
-                return None
+                if response.status != 200:
+                    await response.read()
+                    return response.status, None
+                try:
+                    return 200, await response.json(content_type=None)
+                except ValueError:
+                    return 200, _UNREADABLE
         except UNREACHABLE as error:
             log.debug("capabilities not read: %r", error)
             return None
+
+
+#: A capability answer whose body is not JSON.
+_UNREADABLE: Any = object()
 
 
 def _finished(reading: Reading, text: str, timing: RunnerTiming) -> RunAnswer:

@@ -60,8 +60,7 @@ async def overview(request: Request, session: SessionDep, resources: OpenedDep) 
 
 @router.get("/workers")
 async def workers(request: Request, session: SessionDep, resources: OpenedDep) -> HTMLResponse:
-    directors, fleet, lane = await views.workers(resources)
-    return page(request, "workers.html", session, directors=directors, fleet=fleet, lane=lane)
+    return page(request, "workers.html", session, w=await views.workers(resources))
 
 
 @router.get("/fairness")

@@ -173,9 +173,37 @@ class Director:
     runners: list[FleetEntry] = field(default_factory=list)
 
 
-async def workers(resources: Resources) -> tuple[list[Director], list[FleetEntry], list[str]]:
-    """The directors (consumers of any shard, and fleet writers), the fleet, the lane's api
-    replicas."""
+@dataclass(frozen=True, slots=True)
+class Workers:
+    directors: list[Director]
+    fleet: list[FleetEntry]
+    #: Each runner's capability document by URL (a pool host's lists its slots, their leases,
+    #: loads and last transitions); absent: it did not answer in time.
+    documents: dict[str, dict[str, Any]]
+    #: The api replicas serving the synchronous lane.
+    lane: list[str]
+
+
+async def _documents(resources: Resources, fleet: list[FleetEntry]) -> dict[str, dict[str, Any]]:
+    unique = {entry.url: entry for entry in fleet}
+
+    async def read(entry: FleetEntry) -> dict[str, Any] | None:
+        if resources.lane is None:
+            return None
+        try:
+            return await asyncio.wait_for(
+                resources.lane.client(entry).capabilities_document(), REDIS_WAIT
+            )
+        except (TimeoutError, RuntimeError):
+            return None
+
+    found = await asyncio.gather(*(read(entry) for entry in unique.values()))
+    return {url: doc for url, doc in zip(unique, found, strict=True) if doc is not None}
+
+
+async def workers(resources: Resources) -> Workers:
+    """The directors (consumers of any shard, and fleet writers), the fleet and what each
+    runner says of itself, the lane's api replicas."""
     targets = await reads.deployables(resources.reads)
     streams = [s for t in targets for s in _target(t).all_streams()]
     found: list[Consumer] = await queue_view.consumers(resources.redis, streams)
@@ -194,7 +222,8 @@ async def workers(resources: Resources) -> tuple[list[Director], list[FleetEntry
     members = await resources.redis.zrange(keys.LANE_MEMBERS, 0, -1)
     lane = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
     ordered = sorted(directors.values(), key=lambda d: (d.heartbeat_left_ms is None, d.name))
-    return ordered, sorted(fleet.values(), key=lambda e: e.id), lane
+    entries = sorted(fleet.values(), key=lambda e: e.id)
+    return Workers(ordered, entries, await _documents(resources, entries), lane)
 
 
 async def fairness(resources: Resources, sample: int = 500) -> list[dict[str, Any]]:

@@ -54,6 +54,8 @@ def test_every_page_renders_without_a_console_error(
     directors = ops_page.locator("table").first.inner_text()
     assert "alive, key expires in" in directors  # the stack's echo director
     assert stack.runner_url in ops_page.locator("table").nth(1).inner_text()
+    said = ops_page.locator("h3", has_text=stack.runner_url).inner_text()
+    assert "conduit-echo" in said and "health" in said  # the runner's own capability document
     assert console.errors == []
 
 
