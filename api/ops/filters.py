@@ -20,7 +20,8 @@ MAX_VALUE = 300
 STATUSES = tuple(status.value for status in Status)
 
 
-def _time(value: str) -> datetime | None:
+def parse_time(value: str) -> datetime | None:
+    """An ISO 8601 time (UTC unless it says); None when it is not one."""
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -60,7 +61,7 @@ class PredictionFilter:
             notes.append(f"status: ignored ({values['status']!r} is not a status)")
             values["status"] = ""
         for name in ("since", "until"):
-            if values.get(name) and _time(values[name]) is None:
+            if values.get(name) and parse_time(values[name]) is None:
                 notes.append(f"{name}: ignored (not an ISO 8601 time)")
                 values[name] = ""
         return cls(**values), notes
@@ -98,10 +99,10 @@ class PredictionFilter:
             params["source"] = self.source
         if self.since:
             where.append("p.created_at >= :since")
-            params["since"] = _time(self.since)
+            params["since"] = parse_time(self.since)
         if self.until:
             where.append("p.created_at < :until")
-            params["until"] = _time(self.until)
+            params["until"] = parse_time(self.until)
         if self.error:
             where.append("p.error ILIKE :error")
             params["error"] = "%" + _like_escaped(self.error) + "%"

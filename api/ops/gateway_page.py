@@ -4,25 +4,17 @@ its heartbeat) and a search of the request log by session, block, request id and
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse
 
 from api.ops.access import OpenedDep, SessionDep
+from api.ops.filters import parse_time
 from api.ops.web import page
 from tracker import registry, request_log
 
 router = APIRouter(prefix="/ops", include_in_schema=False)
 LOG_PAGE = 100
-
-
-def _time(value: str) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 @router.get("/gateway")
@@ -41,7 +33,7 @@ async def gateway(request: Request, session: SessionDep, resources: OpenedDep) -
                 request_id = uuid.UUID(search["request"])
             except ValueError:
                 notes.append("request: ignored (not a UUID)")
-        since = _time(search["since"]) if search["since"] else None
+        since = parse_time(search["since"]) if search["since"] else None
         if search["since"] and since is None:
             notes.append("since: ignored (not an ISO 8601 time)")
         logs = await request_log.find(

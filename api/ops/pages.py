@@ -12,9 +12,11 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response
+from sqlalchemy.engine import RowMapping
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.exceptions import HTTPException
 
+from api.deps import Resources
 from api.ops import queue_view, reads, views
 from api.ops.access import OpenedDep, SessionDep, safe_next, sessions
 from api.ops.filters import PredictionFilter
@@ -115,13 +117,18 @@ async def confirm_bulk(
     )
 
 
+async def _prediction(resources: Resources, prediction_id: str) -> RowMapping:
+    row = await reads.prediction(resources.engine, prediction_id)
+    if row is None:
+        raise HTTPException(404, "Not Found")
+    return row
+
+
 @router.get("/predictions/{prediction_id}")
 async def prediction(
     request: Request, prediction_id: str, session: SessionDep, resources: OpenedDep
 ) -> HTMLResponse:
-    row = await reads.prediction(resources.engine, prediction_id)
-    if row is None:
-        raise HTTPException(404, "Not Found")
+    row = await _prediction(resources, prediction_id)
     relatives = await reads.relatives(resources.engine, row)
     deliveries = await reads.deliveries_of(resources.engine, prediction_id)
     names = resources.settings.ops_redact
@@ -144,9 +151,7 @@ async def prediction(
 async def why(
     request: Request, prediction_id: str, session: SessionDep, resources: OpenedDep
 ) -> HTMLResponse:
-    row = await reads.prediction(resources.engine, prediction_id)
-    if row is None:
-        raise HTTPException(404, "Not Found")
+    row = await _prediction(resources, prediction_id)
     waiting = None
     if not Status(row["status"]).is_terminal:
         waiting = await views.why_waiting(resources, row)
@@ -186,9 +191,7 @@ async def _stored(row: Any) -> AsyncIterator[Any]:
 async def logs(
     request: Request, prediction_id: str, session: SessionDep, resources: OpenedDep
 ) -> EventSourceResponse:
-    row = await reads.prediction(resources.engine, prediction_id)
-    if row is None:
-        raise HTTPException(404, "Not Found")
+    row = await _prediction(resources, prediction_id)
     source: AsyncIterator[Any]
     if (
         Status(row["status"]).is_terminal
