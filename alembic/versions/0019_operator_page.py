@@ -10,7 +10,10 @@ read at a million predictions
 - ``ops_actions``: who did what from ``/ops``, on which filter and how many; a bulk action's
   progress (``done``, its keyset ``cursor``) is committed with each batch, so one cut short
   resumes where it stopped and never acts twice on a prediction.
-- Indexes, each built ``CONCURRENTLY`` (no lock on writes while it builds): every prediction
+- Indexes, built in the migration's one transaction (the migrations' advisory lock is held by
+  it, so none is ``CONCURRENTLY``: writes to ``predictions`` wait while they build; on a
+  large table, build them ``CONCURRENTLY`` under these names beforehand and the migration
+  skips them, ``IF NOT EXISTS``): every prediction
   newest first; by deployable (``target``) and by model newest first; failed ones newest first
   (the failed page, the status filter); finished ones by ``completed_at`` (the last hour's
   throughput and errors); retries by what they retry; a graph run's steps; a prediction's
@@ -104,20 +107,17 @@ def upgrade() -> None:
         ["id"],
         postgresql_where=sa.text("status = 'running'"),
     )
-    with op.get_context().autocommit_block():
-        for name, columns, where in INDEXES:
-            clause = f" WHERE {where}" if where else ""
-            op.execute(
-                f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON predictions {columns}{clause}"
-            )
-        op.execute(
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_webhook_deliveries_prediction_id "
-            "ON webhook_deliveries (prediction_id)"
-        )
-        # The unfinished index with the target beside the status: the overview counts per
-        # deployable from the index alone. It replaces the status-only one (same entries).
-        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_predictions_unfinished")
-        _error_search_index()
+    for name, columns, where in INDEXES:
+        clause = f" WHERE {where}" if where else ""
+        op.execute(f"CREATE INDEX IF NOT EXISTS {name} ON predictions {columns}{clause}")
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS ix_webhook_deliveries_prediction_id "
+        "ON webhook_deliveries (prediction_id)"
+    )
+    # The unfinished index with the target beside the status: the overview counts per
+    # deployable from the index alone. It replaces the status-only one (same entries).
+    op.execute("DROP INDEX IF EXISTS ix_predictions_unfinished")
+    _error_search_index()
 
 
 def _error_search_index() -> None:
@@ -125,27 +125,29 @@ def _error_search_index() -> None:
     pg_trgm ships with PostgreSQL and is a trusted extension (a database owner may create it);
     where it cannot be created the filter still works, by scanning failed predictions."""
     bind = op.get_bind()
+    savepoint = bind.begin_nested()  # a refusal must not end the migration's transaction
     try:
         bind.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
     except Exception as error:  # any refusal: go on without the index
+        savepoint.rollback()
         print(f"pg_trgm not available ({error}); error-text search scans failed predictions")
         return
+    savepoint.commit()
     bind.exec_driver_sql(
-        "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_predictions_failed_error "
+        "CREATE INDEX IF NOT EXISTS ix_predictions_failed_error "
         "ON predictions USING gin (error gin_trgm_ops) WHERE status = 'failed'"
     )
 
 
 def downgrade() -> None:
-    with op.get_context().autocommit_block():
-        op.execute(
-            "CREATE INDEX CONCURRENTLY IF NOT EXISTS ix_predictions_unfinished ON predictions "
-            "(status) WHERE status IN ('starting', 'processing')"
-        )
-        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_predictions_failed_error")
-        op.execute("DROP INDEX CONCURRENTLY IF EXISTS ix_webhook_deliveries_prediction_id")
-        for name, _, _ in INDEXES:
-            op.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+    op.execute(
+        "CREATE INDEX IF NOT EXISTS ix_predictions_unfinished ON predictions "
+        "(status) WHERE status IN ('starting', 'processing')"
+    )
+    op.execute("DROP INDEX IF EXISTS ix_predictions_failed_error")
+    op.execute("DROP INDEX IF EXISTS ix_webhook_deliveries_prediction_id")
+    for name, _, _ in INDEXES:
+        op.execute(f"DROP INDEX IF EXISTS {name}")
     op.drop_table("ops_sessions")
     op.drop_table("ops_actions")
     op.drop_column("predictions", "retry_of")

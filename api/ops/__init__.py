@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
 
 from api.ops import actions, forms, gateway_page, pages
 from api.ops.access import Gate, SignInRequired, login_path
+from api.ops.tasks import spawn
 from api.settings import ApiSettings
+from core.transient import TRANSIENT
 from tracker.render import PredictionLinks
+
+log = logging.getLogger(__name__)
+#: Seconds between tries to read the bulk actions to resume while Postgres is away.
+RESUME_RETRY = 5.0
 
 
 async def _sign_in(request: Request, exc: Exception) -> Response:
@@ -38,13 +45,24 @@ def install(app: FastAPI, settings: ApiSettings) -> None:
 
 
 async def start(app: FastAPI) -> None:
-    """Resume bulk actions a restart cut short (each batch is locked: replicas take turns)."""
+    """Resume, in the background, bulk actions a restart cut short (each batch is locked:
+    replicas take turns). In the background: the api starts, and answers that it is not
+    ready, while Postgres is away; the actions resume once it is back."""
+    spawn(app, _resume(app))
+
+
+async def _resume(app: FastAPI) -> None:
     resources = app.state.resources
     links = PredictionLinks((resources.settings.public_url or "").rstrip("/"), None)
-    for action_id in await actions.unfinished_bulk(resources.engine):
-        task = asyncio.create_task(actions.run_bulk(resources, action_id, links))
-        app.state.ops_tasks.add(task)
-        task.add_done_callback(app.state.ops_tasks.discard)
+    while True:
+        try:
+            unfinished = await actions.unfinished_bulk(resources.engine)
+            break
+        except TRANSIENT as error:
+            log.info("bulk actions not resumed yet (%r); trying again", error)
+            await asyncio.sleep(RESUME_RETRY)
+    for action_id in unfinished:
+        spawn(app, actions.run_bulk(resources, action_id, links))
 
 
 async def stop(app: FastAPI) -> None:

@@ -5,7 +5,6 @@ page that shows its outcome (post/redirect/get), and each is in the audit (``ops
 
 from __future__ import annotations
 
-import asyncio
 from urllib.parse import quote
 
 from fastapi import APIRouter, Form, Request
@@ -17,6 +16,7 @@ from api.ops import actions, reads
 from api.ops.access import ActingDep, OpenedDep, safe_next, same_origin, sessions
 from api.ops.filters import PredictionFilter
 from api.ops.sessions import COOKIE, LOGIN_COOKIE, Role, same_token
+from api.ops.tasks import spawn
 from api.ops.web import page
 from tracker import catalog
 
@@ -128,10 +128,7 @@ async def bulk(request: Request, operator: ActingDep, resources: OpenedDep) -> R
 
 def start_bulk_task(request: Request, action_id: int) -> None:
     resources = request.app.state.resources
-    tasks: set[asyncio.Task[None]] = request.app.state.ops_tasks
-    task = asyncio.create_task(actions.run_bulk(resources, action_id, resources.links(request)))
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
+    spawn(request.app, actions.run_bulk(resources, action_id, resources.links(request)))
 
 
 @router.post("/dead/discard")

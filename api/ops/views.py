@@ -18,6 +18,7 @@ from api.deps import Resources
 from api.ops import queue_view, reads
 from api.ops.queue_view import Consumer, ShardState
 from api.ops.why import Waiting, explain
+from lane.records import LaneCounters
 from tracker import keys
 from tracker.fleet import FleetEntry, read_fleet
 from tracker.keys import Kind, Target
@@ -182,6 +183,8 @@ class Workers:
     documents: dict[str, dict[str, Any]]
     #: The api replicas serving the synchronous lane.
     lane: list[str]
+    #: This replica's view of the lane per deployment: queue, permits, retries, rejections.
+    lane_counters: dict[str, LaneCounters]
 
 
 async def _documents(resources: Resources, fleet: list[FleetEntry]) -> dict[str, dict[str, Any]]:
@@ -223,7 +226,8 @@ async def workers(resources: Resources) -> Workers:
     lane = [m.decode() if isinstance(m, bytes) else str(m) for m in members]
     ordered = sorted(directors.values(), key=lambda d: (d.heartbeat_left_ms is None, d.name))
     entries = sorted(fleet.values(), key=lambda e: e.id)
-    return Workers(ordered, entries, await _documents(resources, entries), lane)
+    counters = resources.lane.snapshot() if resources.lane is not None else {}
+    return Workers(ordered, entries, await _documents(resources, entries), lane, counters)
 
 
 async def fairness(resources: Resources, sample: int = 500) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from tests.fixtures.admin import Admin
 from tests.fixtures.api import wait_status
 from tests.fixtures.browser import Console
 from tests.fixtures.waiting import wait_for
-from tests.ops.seeding import Idle, idle_deployment, seed_failed
+from tests.ops.seeding import Idle, idle_deployment, queue, seed_failed
 
 pytestmark = pytest.mark.e2e
 
@@ -196,3 +196,28 @@ def test_filters_survive_a_reload(ops_page: Page, stack: Stack, client: httpx.Cl
     assert ops_page.locator("input[name=target]").input_value() == "dp-conduit/echo"
     statuses = set(ops_page.locator("td.status").all_inner_texts())
     assert statuses <= {"succeeded"}
+
+
+def test_cancel_all_matching_cancels_what_is_queued(
+    ops_page: Page,
+    stack: Stack,
+    admin: Admin,
+    idle: Idle,
+    db: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    account = f"cancel-{uuid.uuid4().hex[:8]}"
+    token = admin.create_account(account)
+    with httpx.Client(
+        base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"}, timeout=30
+    ) as own:
+        ids = queue(own, idle, 30)
+    ops_page.goto(f"{stack.api_url}/ops/predictions?status=starting&account={account}")
+    assert ops_page.locator("#match-count").inner_text() == "30"
+    ops_page.click("#cancel-all")
+    assert "30" in ops_page.locator("#confirm-count").inner_text()
+    ops_page.click("#confirm-bulk")
+    ops_page.locator("#action-status", has_text="done").wait_for(timeout=60_000)
+    statuses = db.execute(
+        "SELECT status, count(*) FROM predictions WHERE id = ANY(%s) GROUP BY status", (ids,)
+    ).fetchall()
+    assert statuses == [("canceled", 30)]
