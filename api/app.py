@@ -35,6 +35,7 @@ from api.routes import (
     files,
     fleet,
     graphs,
+    hardware,
     health,
     models,
     predictions,
@@ -221,6 +222,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(webhooks.router)
     app.include_router(usage.router)
     app.include_router(fleet.router)
+    app.include_router(hardware.router)
     app.include_router(files.router)
     app.include_router(registry.router)
     app.include_router(request_logs.router)

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.conftest import ECHO, Stack
+from tests.fixtures.fleet_entries import registered
 from tests.fixtures.js_client import Scenario, needs_node, scenarios
 from tests.fixtures.receiver import webhook_receiver
 from tests.fixtures.sse import events
@@ -103,3 +104,8 @@ def test_validate_webhook_with_the_account_secret(js: Scenario, stack: Stack) ->
         assert response.status_code == 200, response.read()
         replayed = list(events(response))
     assert [e.data for e in replayed if e.event == "output"] == ["hook-0", "hook-1"]
+
+
+def test_hardware_list(js: Scenario, redis_url: str) -> None:
+    with registered(redis_url, "gpu"):
+        assert {"name": "GPU", "sku": "gpu"} in js("hardware")["hardware"]

@@ -9,6 +9,7 @@ import replicate
 from replicate.exceptions import ReplicateError
 
 from tests.conftest import ECHO, Stack
+from tests.fixtures.fleet_entries import registered
 
 
 @pytest.fixture
@@ -94,3 +95,16 @@ def test_the_current_account_checks_the_token(stack: Stack, token: str) -> None:
         wrong.accounts.current()
     assert refused.value.status == 401
     wrong._client.close()
+
+
+def test_hardware_lists_the_classes_the_fleet_runs_on(
+    client: replicate.Client, redis_url: str
+) -> None:
+    # Runners of other tests may be registered too: only what these add is certain.
+    with registered(redis_url, "gpu"), registered(redis_url, "cpu"):
+        listed = [(h.sku, h.name) for h in client.hardware.list()]
+    assert {("cpu", "CPU"), ("gpu", "GPU")} <= set(listed)
+    skus = [sku for sku, _ in listed]
+    assert skus == sorted(set(skus))  # each class once, in a stable order
+    # The stack's echo runner does not say what it runs on: it adds no class of its own.
+    assert "runner" not in skus and "unknown" not in skus

@@ -109,6 +109,10 @@ async function runWithBuffer({ model, size, seed }) {
   return { output: url, same: fetched.equals(bytes), size: fetched.length };
 }
 
+async function hardware() {
+  return { hardware: await replicate.hardware.list() };
+}
+
 async function filesRoundTrip({ text, metadata }) {
   const created = await replicate.files.create(Buffer.from(text), metadata);
   const got = await replicate.files.get(created.id);
@@ -135,6 +139,7 @@ const scenarios = {
   validate,
   runWithBuffer,
   filesRoundTrip,
+  hardware,
 };
 
 const [name, args = "{}"] = process.argv.slice(2);
