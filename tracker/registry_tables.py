@@ -10,7 +10,7 @@ from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, String
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from tracker.tables import Base, _now, jsonb_path_index
+from tracker.tables import Base, jsonb_path_index, now_column
 
 
 class InferenceServer(Base):
@@ -28,8 +28,8 @@ class InferenceServer(Base):
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     #: ``inference_server_name``, ``_metadata``, ``_tags`` and ``_public_url``.
     doc: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    registered_at: Mapped[datetime] = _now()
-    updated_at: Mapped[datetime] = _now()
+    registered_at: Mapped[datetime] = now_column()
+    updated_at: Mapped[datetime] = now_column()
     #: The last heartbeat (None: the server never sent one), and the seconds it stays alive
     #: without the next (:mod:`tracker.registry`).
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -39,7 +39,7 @@ class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING)
 
 
-def _now() -> Mapped[datetime]:
+def now_column() -> Mapped[datetime]:
     return mapped_column(DateTime(timezone=True), server_default=func.now(), nullable=False)
 
 
@@ -61,7 +61,7 @@ class Account(Base):
     is_admin: Mapped[bool] = mapped_column(Boolean, server_default="false")
     #: ``viewer``: signs in to the operator page (``/ops``) read-only; an admin acts there too.
     ops_role: Mapped[str | None] = mapped_column(String(16))
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class ApiToken(Base):
@@ -70,7 +70,7 @@ class ApiToken(Base):
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class Model(Base):
@@ -86,7 +86,7 @@ class Model(Base):
     #: ``public``: every account reads and runs it; ``private``: its owner and those granted.
     visibility: Mapped[str] = mapped_column(String(20), server_default="public")
     latest_version_id: Mapped[str | None] = mapped_column(String(64))
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class Version(Base):
@@ -97,7 +97,7 @@ class Version(Base):
     openapi_schema: Mapped[dict[str, Any]] = mapped_column(JSONB)
     cog_version: Mapped[str | None] = mapped_column(String(100))
     shards: Mapped[int] = mapped_column(Integer, server_default="8")
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class Deployment(Base):
@@ -123,7 +123,7 @@ class Deployment(Base):
     priority: Mapped[str] = mapped_column(String(8), server_default=Priority.NORMAL.value)
     #: ``X-Priority: high`` on this deployment is honoured for every account that may run it.
     allow_high_priority: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class Grant(Base):
@@ -144,7 +144,7 @@ class Grant(Base):
     deployment_id: Mapped[int | None] = mapped_column(
         ForeignKey("deployments.id", ondelete="CASCADE")
     )
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class Prediction(Base):
@@ -195,7 +195,7 @@ class Prediction(Base):
     logs: Mapped[str] = mapped_column(Text, server_default="")
     error: Mapped[str | None] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), server_default=Status.STARTING.value)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     deadline: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -244,10 +244,10 @@ class WebhookDelivery(Base):
     body: Mapped[str] = mapped_column(Text)
     status: Mapped[str] = mapped_column(String(16), server_default="pending")
     attempts: Mapped[int] = mapped_column(Integer, server_default="0")
-    next_attempt_at: Mapped[datetime] = _now()
+    next_attempt_at: Mapped[datetime] = now_column()
     last_status: Mapped[int | None] = mapped_column(Integer)
     last_error: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
     delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
@@ -262,7 +262,7 @@ class IdempotencyKey(Base):
     key: Mapped[str] = mapped_column(String(255), primary_key=True)
     request_sha256: Mapped[str] = mapped_column(String(64))
     prediction_id: Mapped[str] = mapped_column(ForeignKey("predictions.id", ondelete="CASCADE"))
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class UsageRecord(Base):
@@ -292,7 +292,7 @@ class UsageRecord(Base):
     queue_wait_time: Mapped[float | None] = mapped_column(Float)
     #: What is billed: predict_time for anything that ran, 0 for aborted predictions.
     billable_seconds: Mapped[float] = mapped_column(Float, server_default="0")
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class File(Base):
@@ -323,7 +323,7 @@ class File(Base):
     etag: Mapped[str] = mapped_column(String(128))
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
     storage_key: Mapped[str] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
     #: When the retention sweep removes it; NULL: kept until deleted.
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     #: Set by ``DELETE``: invisible at once; the row goes once the store let go of the bytes.
@@ -358,7 +358,7 @@ class Block(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
     #: Run on the synchronous lane (``/run``) rather than as a durable prediction.
     synchronous: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()
 
 
 class Graph(Base):
@@ -377,49 +377,4 @@ class Graph(Base):
     #: The spec as registered (checked then; checked again, against the blocks of the day,
     #: whenever it runs).
     spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = _now()
-
-
-class OpsAction(Base):
-    """What an operator did from ``/ops``: who, what, on which filter, how many. A bulk action
-    runs from its row in batches; ``done`` and ``cursor`` are committed with each batch, so one
-    cut short resumes where it stopped and acts on no prediction twice."""
-
-    __tablename__ = "ops_actions"
-    __table_args__ = (
-        Index("ix_ops_actions_created", "created_at"),
-        Index("ix_ops_actions_running", "id", postgresql_where="status = 'running'"),
-    )
-
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id"))
-    #: ``retry``, ``cancel``, ``retry_all``, ``cancel_all``, ``discard_dead``, ``webhook_retry``…
-    action: Mapped[str] = mapped_column(String(32))
-    #: What one action acted on (a prediction id, a stream, a delivery id).
-    subject: Mapped[str | None] = mapped_column(Text)
-    #: A bulk action's filter, as the predictions page's query string had it.
-    filter: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
-    #: How many the operator confirmed; ``done``: how many were acted on so far.
-    expected: Mapped[int] = mapped_column(Integer, server_default="0")
-    done: Mapped[int] = mapped_column(Integer, server_default="0")
-    cursor: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
-    #: ``running`` (a bulk action under way), ``done``, ``failed``.
-    status: Mapped[str] = mapped_column(String(16), server_default="done")
-    detail: Mapped[str | None] = mapped_column(Text)
-    created_at: Mapped[datetime] = _now()
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class OpsSession(Base):
-    """An operator's sign-in to ``/ops``, by the SHA-256 of its cookie (``api.ops.sessions``)."""
-
-    __tablename__ = "ops_sessions"
-    __table_args__ = (Index("ix_ops_sessions_expires_at", "expires_at"),)
-
-    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    #: ``admin`` or ``viewer``, as it was at sign-in.
-    role: Mapped[str] = mapped_column(String(16))
-    csrf: Mapped[str] = mapped_column(String(64))
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _now()
+    created_at: Mapped[datetime] = now_column()

@@ -31,7 +31,6 @@ from api.ops.filters import PredictionFilter
 from api.ops.reads import PageKey
 from core.ids import new_prediction_id
 from director.submit import enqueue_stored
-from tracker.keys import Kind, Target
 from tracker.render import PredictionLinks
 from tracker.states import TERMINAL, UNFINISHED
 
@@ -93,24 +92,8 @@ async def audit(
     return int(found)
 
 
-async def _targets(engine: AsyncEngine, names: set[str]) -> dict[str, Target]:
-    """The queue targets named (``dp-owner/name``, ``vp-<id>``), with their shard counts."""
-    deployments = [n[3:] for n in names if n.startswith("dp-")]
-    versions = [n[3:] for n in names if n.startswith("vp-")]
-    async with engine.connect() as conn:
-        rows = await conn.execute(
-            text(
-                "SELECT 'dp', owner || '/' || name, shards FROM deployments "
-                "WHERE owner || '/' || name = ANY(CAST(:d AS text[])) "
-                "UNION ALL SELECT 'vp', id, shards FROM versions WHERE id = ANY(CAST(:v AS text[]))"
-            ),
-            {"d": deployments, "v": versions},
-        )
-        return {f"{kind}-{key}": Target(Kind(kind), key, int(shards)) for kind, key, shards in rows}
-
-
 async def _enqueue(resources: Resources, made: list[Any]) -> None:
-    targets = await _targets(resources.engine, {row.target for row in made if row.target})
+    targets = await reads.targets(resources.engine, {row.target for row in made if row.target})
     for row in made:
         target = targets.get(row.target)
         if target is None:  # its deployment was deleted meanwhile: the reconciler says so

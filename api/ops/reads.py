@@ -12,6 +12,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.ops.filters import PredictionFilter
+from tracker.keys import Kind, Target
 
 #: Counts on the predictions page stop here ("10,000+").
 COUNT_CAP = 10_000
@@ -271,3 +272,19 @@ async def action(engine: AsyncEngine, action_id: int) -> RowMapping | None:
             text("SELECT * FROM ops_actions WHERE id = :id"), {"id": action_id}
         )
         return result.mappings().first()
+
+
+async def targets(engine: AsyncEngine, names: set[str]) -> dict[str, Target]:
+    """The queue targets named (``dp-owner/name``, ``vp-<id>``), with their shard counts."""
+    deployments = [n[3:] for n in names if n.startswith("dp-")]
+    versions = [n[3:] for n in names if n.startswith("vp-")]
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT 'dp', owner || '/' || name, shards FROM deployments "
+                "WHERE owner || '/' || name = ANY(CAST(:d AS text[])) "
+                "UNION ALL SELECT 'vp', id, shards FROM versions WHERE id = ANY(CAST(:v AS text[]))"
+            ),
+            {"d": deployments, "v": versions},
+        )
+        return {f"{kind}-{key}": Target(Kind(kind), key, int(shards)) for kind, key, shards in rows}

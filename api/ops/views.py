@@ -16,7 +16,7 @@ from sqlalchemy import text
 
 from api.deps import Resources
 from api.ops import queue_view, reads
-from api.ops.queue_view import Consumer, ShardState
+from api.ops.queue_view import Consumer
 from api.ops.why import Waiting, explain
 from lane.records import LaneCounters
 from tracker import keys
@@ -48,7 +48,6 @@ class QueueRow:
     processing: int = 0
     finished_hour: int = 0
     failed_hour: int = 0
-    notes: list[str] = field(default_factory=list)
 
     @property
     def error_rate(self) -> float | None:
@@ -124,25 +123,12 @@ async def overview(resources: Resources) -> tuple[list[QueueRow], str | None]:
     return rows, None
 
 
-async def shards_of(resources: Resources, target_name: str) -> list[ShardState]:
-    for t in await reads.deployables(resources.reads):
-        if t["target"] == target_name:
-            streams = _target(t).all_streams()
-            states = await queue_view.shard_states(resources.redis, streams)
-            return [states[s] for s in streams]
-    return []
-
-
 async def why_waiting(resources: Resources, row: Any) -> Waiting:
     """The "why is this waiting?" panel of an unfinished prediction."""
     location = None
     holder_ttl = None
-    target_row = next(
-        (t for t in await reads.deployables(resources.reads) if t["target"] == row["target"]),
-        None,
-    )
-    if target_row is not None:
-        target = _target(target_row)
+    target = (await reads.targets(resources.reads, {row["target"] or ""})).get(row["target"])
+    if target is not None:
         mine = target.streams_for(row["account_id"])
         others = [s for s in target.all_streams() if s not in mine]
         since = int(row["created_at"].timestamp() * 1000) - 60_000
