@@ -107,13 +107,15 @@ def test_a_failed_webhook_is_retried_now_from_the_page(
             "webhook": "http://127.0.0.1:9/nobody",
             "webhook_events_filter": ["completed"],
         },
-    ).json()
-    wait_status(client, created["id"])
+    )
+    assert created.status_code == 201, created.text
+    prediction_id = created.json()["id"]
+    wait_status(client, prediction_id)
 
     def delivery() -> tuple[object, ...] | None:
         row = db.execute(
             "SELECT id, status, attempts FROM webhook_deliveries WHERE prediction_id = %s",
-            (created["id"],),
+            (prediction_id,),
         ).fetchone()
         return row if row is not None and row[1] == "failed" else None
 
@@ -130,7 +132,7 @@ def test_a_failed_webhook_is_retried_now_from_the_page(
         return row is not None and int(row[0]) > int(attempts)  # type: ignore[call-overload]
 
     wait_for(tried_again, "another attempt", timeout=60)
-    ops_page.goto(f"{stack.api_url}/ops/predictions/{created['id']}")
+    ops_page.goto(f"{stack.api_url}/ops/predictions/{prediction_id}")
     assert (
         str(delivery_id) in ops_page.locator("section", has_text="Webhook deliveries").inner_text()
     )
