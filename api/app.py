@@ -37,6 +37,7 @@ from api.routes import (
     graphs,
     hardware,
     health,
+    manage,
     models,
     predictions,
     registry,
@@ -217,6 +218,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(predictions.router)
     app.include_router(account.router)
     app.include_router(models.router)
+    app.include_router(manage.router)
     app.include_router(run.router)
     app.include_router(streams.router)
     app.include_router(webhooks.router)

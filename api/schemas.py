@@ -124,6 +124,7 @@ class Model(BaseModel):
     name: str
     description: str | None
     visibility: str
+    hardware: str | None = Field(description="The hardware class it is meant to run on.")
     github_url: str | None
     paper_url: str | None
     license_url: str | None
@@ -140,9 +141,12 @@ class ModelPage(BaseModel):
 
 
 class DeploymentConfiguration(BaseModel):
-    hardware: str
-    min_instances: int
-    max_instances: int
+    hardware: str = Field(
+        description="A hardware class of the fleet (`GET /v1/hardware`); `unknown` for a "
+        "deployment that names none and whose runners do not say."
+    )
+    min_instances: int = Field(description="Fewest directors the Kubernetes kit keeps.")
+    max_instances: int = Field(description="Most directors the Kubernetes kit scales to.")
     shards: int
     prediction_timeout: float = Field(description="Seconds a prediction may run.")
 
@@ -152,7 +156,7 @@ class DeploymentRelease(BaseModel):
     model: str
     version: str
     created_at: datetime
-    created_by: dict[str, Any] | None
+    created_by: Account | None = Field(description="Who made this release; null: the operator.")
     configuration: DeploymentConfiguration
 
 

@@ -25,10 +25,11 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker import catalog
+from tracker.block_tables import Block
 from tracker.catalog import AccountInfo, Grants
 from tracker.db import autocommit
 from tracker.store import PageKey, keyset_page
-from tracker.tables import Account, Block, Deployment, Grant, Model, Version
+from tracker.tables import Account, Deployment, Grant, Model, Version
 
 blocks = cast(Table, Block.__table__)
 

@@ -76,6 +76,11 @@ class ModelInfo:
     visibility: str
     latest_version_id: str | None
     created_at: datetime
+    hardware: str | None = None
+    github_url: str | None = None
+    paper_url: str | None = None
+    license_url: str | None = None
+    cover_image_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,13 @@ class DeploymentInfo:
     visibility: str = Visibility.PRIVATE
     #: ``X-Priority: high`` on it is honoured for every account that may run it.
     allow_high_priority: bool = False
+    #: A fleet hardware class, or None (made before deployments named one).
+    hardware: str | None = None
+    min_instances: int = 1
+    max_instances: int = 10
+    #: Who made the current release (None: the operator's CLI), and when.
+    released_by: str | None = None
+    released_at: datetime | None = None
 
     @property
     def full_name(self) -> str:
@@ -135,7 +147,7 @@ async def get_version(engine: AsyncEngine, version_id: str) -> VersionInfo | Non
             deployed,
         )
         .join(Model, Model.id == Version.model_id)
-        .where(Version.id == version_id)
+        .where(Version.id == version_id, Version.deleted_at.is_(None))
     )
     async with engine.connect() as conn:
         row = (await conn.execute(query)).one_or_none()
@@ -152,6 +164,11 @@ _MODEL = (
     Model.visibility,
     Model.latest_version_id,
     Model.created_at,
+    Model.hardware,
+    Model.github_url,
+    Model.paper_url,
+    Model.license_url,
+    Model.cover_image_url,
 )
 
 _DEPLOYMENT = (
@@ -168,6 +185,11 @@ _DEPLOYMENT = (
     Deployment.priority,
     Deployment.visibility,
     Deployment.allow_high_priority,
+    Deployment.hardware,
+    Deployment.min_instances,
+    Deployment.max_instances,
+    Deployment.released_by,
+    Deployment.released_at,
 )
 
 
@@ -176,7 +198,9 @@ def _deployment(row: Any) -> DeploymentInfo:
 
 
 async def get_model(engine: AsyncEngine, owner: str, name: str) -> ModelInfo | None:
-    query = select(*_MODEL).where(Model.owner == owner, Model.name == name)
+    query = select(*_MODEL).where(
+        Model.owner == owner, Model.name == name, Model.deleted_at.is_(None)
+    )
     async with engine.connect() as conn:
         row = (await conn.execute(query)).one_or_none()
     return ModelInfo(*row) if row is not None else None
@@ -184,7 +208,9 @@ async def get_model(engine: AsyncEngine, owner: str, name: str) -> ModelInfo | N
 
 async def list_versions(engine: AsyncEngine, model_id: int) -> list[str]:
     query = (
-        select(Version.id).where(Version.model_id == model_id).order_by(Version.created_at.desc())
+        select(Version.id)
+        .where(Version.model_id == model_id, Version.deleted_at.is_(None))
+        .order_by(Version.created_at.desc())
     )
     async with engine.connect() as conn:
         return list((await conn.execute(query)).scalars())
@@ -256,7 +282,9 @@ async def list_models(
     limit: int = 100,
 ) -> list[ModelInfo]:
     """The models ``account`` sees, newest first."""
-    query = select(*_MODEL).where(_visible_to(account, Model, Grant.model_id))
+    query = select(*_MODEL).where(
+        _visible_to(account, Model, Grant.model_id), Model.deleted_at.is_(None)
+    )
     async with engine.connect() as conn:
         rows = (await conn.execute(_keyset(query, Model, after, before).limit(limit))).all()
     models = [ModelInfo(*row) for row in rows]

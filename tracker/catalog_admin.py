@@ -106,7 +106,9 @@ async def create_version(
                 pg_insert(Model)
                 .values(owner=owner, name=name, **chosen)
                 .on_conflict_do_update(
-                    constraint="uq_models_owner_name", set_={"owner": owner, **chosen}
+                    index_elements=[Model.owner, Model.name],
+                    index_where=Model.deleted_at.is_(None),
+                    set_={"owner": owner, **chosen},
                 )
                 .returning(Model.id)
             )
@@ -120,7 +122,13 @@ async def create_version(
                 cog_version=cog_version,
                 shards=shards,
             )
-            .on_conflict_do_nothing()
+            # Registered again after a delete (of it or of its model): back, under the model
+            # of that name now.
+            .on_conflict_do_update(
+                index_elements=[Version.id],
+                set_={"model_id": model_id, "deleted_at": None},
+                where=Version.deleted_at.is_not(None),
+            )
         )
         await conn.execute(
             update(Model).where(Model.id == model_id).values(latest_version_id=version_id)

@@ -46,6 +46,10 @@ class TTLCache(Generic[K, V]):
         loading = self._loading.get(key) or self._load(key, load)
         return await asyncio.shield(loading)
 
+    def discard(self, key: K) -> None:
+        """Forget ``key`` now (this process changed it): the next get loads it."""
+        self._entries.pop(key, None)
+
     def _load(self, key: K, load: Callable[[], Awaitable[V]]) -> asyncio.Task[V]:
         async def run() -> V:
             try:
@@ -81,6 +85,21 @@ class Catalog:
         self._models: TTLCache[tuple[str, str], catalog.ModelInfo | None] = TTLCache(ttl)
         self._deployments: TTLCache[tuple[str, str], catalog.DeploymentInfo | None] = TTLCache(ttl)
         self._grants: TTLCache[int, catalog.Grants] = TTLCache(ttl)
+
+    def forget(
+        self,
+        model: tuple[str, str] | None = None,
+        deployment: tuple[str, str] | None = None,
+        version: str | None = None,
+    ) -> None:
+        """Drop what this process just changed, so that its next read is fresh (other
+        processes see the change within the TTL)."""
+        if model is not None:
+            self._models.discard(model)
+        if deployment is not None:
+            self._deployments.discard(deployment)
+        if version is not None:
+            self._versions.discard(version)
 
     async def grants(self, account_id: int) -> catalog.Grants:
         """The private models and deployments granted to the account; a grant or revoke is

@@ -25,13 +25,13 @@ from sqlalchemy import Table, and_, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from tracker.block_tables import Graph
 from tracker.db import autocommit
 from tracker.graph_schemas import StepBlock, check_mappings
 from tracker.graph_specs import GraphSpec, RefusedGraph, parse_spec
 from tracker.input_checks import FieldError
 from tracker.render import iso
 from tracker.store import PageKey, keyset_page
-from tracker.tables import Graph
 
 __all__ = [
     "GRAPH_ID",

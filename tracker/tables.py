@@ -75,7 +75,16 @@ class ApiToken(Base):
 
 class Model(Base):
     __tablename__ = "models"
-    __table_args__ = (UniqueConstraint("owner", "name", name="uq_models_owner_name"),)
+    __table_args__ = (
+        # Over the models not deleted: a deleted one's name may be used again (migration 0020).
+        Index(
+            "uq_models_owner_name",
+            "owner",
+            "name",
+            unique=True,
+            postgresql_where="deleted_at IS NULL",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     #: The owning account's name: the API shows it as is, and stream keys and directors'
@@ -86,6 +95,14 @@ class Model(Base):
     #: ``public``: every account reads and runs it; ``private``: its owner and those granted.
     visibility: Mapped[str] = mapped_column(String(20), server_default="public")
     latest_version_id: Mapped[str | None] = mapped_column(String(64))
+    #: The hardware class it is meant to run on (a fleet class, ``GET /v1/hardware``).
+    hardware: Mapped[str | None] = mapped_column(String(64))
+    github_url: Mapped[str | None] = mapped_column(Text)
+    paper_url: Mapped[str | None] = mapped_column(Text)
+    license_url: Mapped[str | None] = mapped_column(Text)
+    cover_image_url: Mapped[str | None] = mapped_column(Text)
+    #: Deleted (``DELETE /v1/models/o/n``) at; its versions' predictions still name them.
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = now_column()
 
 
@@ -97,12 +114,20 @@ class Version(Base):
     openapi_schema: Mapped[dict[str, Any]] = mapped_column(JSONB)
     cog_version: Mapped[str | None] = mapped_column(String(100))
     shards: Mapped[int] = mapped_column(Integer, server_default="8")
+    #: Deleted at: gone from the API, kept for the predictions that name it.
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = now_column()
 
 
 class Deployment(Base):
     __tablename__ = "deployments"
-    __table_args__ = (UniqueConstraint("owner", "name", name="uq_deployments_owner_name"),)
+    __table_args__ = (
+        UniqueConstraint("owner", "name", name="uq_deployments_owner_name"),
+        CheckConstraint(
+            "min_instances >= 0 AND max_instances >= 1 AND min_instances <= max_instances",
+            name="ck_deployments_instances",
+        ),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
     #: The owning account's name: the API shows it as is, and stream keys and directors'
@@ -123,6 +148,14 @@ class Deployment(Base):
     priority: Mapped[str] = mapped_column(String(8), server_default=Priority.NORMAL.value)
     #: ``X-Priority: high`` on this deployment is honoured for every account that may run it.
     allow_high_priority: Mapped[bool] = mapped_column(Boolean, server_default="false")
+    #: A fleet hardware class; NULL (rows of earlier releases): whatever its runners are.
+    hardware: Mapped[str | None] = mapped_column(String(64))
+    #: Bounds of the directors the Kubernetes kit scales for it (``conduit admin scaler``).
+    min_instances: Mapped[int] = mapped_column(Integer, server_default="1")
+    max_instances: Mapped[int] = mapped_column(Integer, server_default="10")
+    #: The account that made the current release (NULL: the operator's CLI), and when.
+    released_by: Mapped[str | None] = mapped_column(String(100))
+    released_at: Mapped[datetime] = now_column()
     created_at: Mapped[datetime] = now_column()
 
 
@@ -328,53 +361,3 @@ class File(Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     #: Set by ``DELETE``: invisible at once; the row goes once the store let go of the bytes.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class Block(Base):
-    """A deployment, or a model version, published as a block (``blk-…``) that the inference
-    gateway runs by id. Who may use it is who may use what it names (``tracker.blocks``)."""
-
-    __tablename__ = "blocks"
-    __table_args__ = (
-        CheckConstraint(
-            "(deployment_id IS NULL) <> (version_id IS NULL)",
-            name="ck_blocks_deployment_or_version",
-        ),
-        Index("ix_blocks_account_created", "account_id", "created_at", "id"),
-        Index("ix_blocks_deployment_id", "deployment_id"),
-        Index("ix_blocks_version_id", "version_id"),
-        # What search filters on (``metadata @> …`` and JSON path queries).
-        jsonb_path_index("ix_blocks_metadata", "metadata"),
-    )
-
-    id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    #: The account that published it: the only one that may delete it.
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    deployment_id: Mapped[int | None] = mapped_column(
-        ForeignKey("deployments.id", ondelete="CASCADE")
-    )
-    version_id: Mapped[str | None] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
-    #: Free JSON describing the block (``component.metadata.*``), what search filters on.
-    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, server_default="{}")
-    #: Run on the synchronous lane (``/run``) rather than as a durable prediction.
-    synchronous: Mapped[bool] = mapped_column(Boolean, server_default="false")
-    created_at: Mapped[datetime] = now_column()
-
-
-class Graph(Base):
-    """A named graph of blocks (``gph-…``), registered by an account with field mappings and
-    conditions (:mod:`tracker.named_graphs`); only that account reads, runs or deletes it."""
-
-    __tablename__ = "graphs"
-    __table_args__ = (
-        UniqueConstraint("account_id", "name", name="uq_graphs_account_name"),
-        Index("ix_graphs_account_created", "account_id", "created_at", "id"),
-    )
-
-    id: Mapped[str] = mapped_column(String(16), primary_key=True)
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    name: Mapped[str] = mapped_column(String(100))
-    #: The spec as registered (checked then; checked again, against the blocks of the day,
-    #: whenever it runs).
-    spec: Mapped[dict[str, Any]] = mapped_column(JSONB)
-    created_at: Mapped[datetime] = now_column()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 
 from api.deps import AccountDep
@@ -19,7 +21,9 @@ router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
     openapi_extra=operation(),
 )
 async def get_account(account: AccountDep) -> FastJSONResponse:
+    return FastJSONResponse(render_account(account.name))
+
+
+def render_account(name: str) -> dict[str, Any]:
     # Replicate's shape; Conduit's accounts are all organizations and none has a GitHub page.
-    return FastJSONResponse(
-        {"type": "organization", "username": account.name, "name": account.name, "github_url": None}
-    )
+    return {"type": "organization", "username": name, "name": name, "github_url": None}

@@ -9,8 +9,12 @@ Redis on each call (the registry's index and one ``MGET``).
 
 from __future__ import annotations
 
+import logging
+
 from fastapi import APIRouter
 from pydantic import BaseModel, Field, RootModel
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 from api.deps import AccountDep, ResourcesDep
 from api.openapi import operation, problems
@@ -18,6 +22,7 @@ from api.responses import FastJSONResponse
 from protocol.capabilities import UNKNOWN_HARDWARE
 from tracker.fleet import read_fleet
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 
 #: What each class is called for people; a class the table does not know shows its sku.
@@ -40,6 +45,28 @@ def hardware_classes(skus: set[str]) -> list[dict[str, str]]:
     return [{"name": NAMES.get(sku, sku), "sku": sku} for sku in sorted(skus - UNKNOWN)]
 
 
+async def fleet_classes(redis: Redis) -> set[str]:
+    """The classes the fleet has now (raises what Redis raises)."""
+    entries = await read_fleet(redis)
+    return {entry.hardware for entry in entries.values()} - UNKNOWN
+
+
+async def served_on(redis: Redis) -> dict[str, str]:
+    """Each deployment's class as its registered runners say (``owner/name`` -> sku), for a
+    deployment that names none; empty when Redis cannot tell (a read of the catalogue must
+    not fail on it)."""
+    try:
+        entries = await read_fleet(redis)
+    except RedisError as error:
+        log.warning("the fleet registry could not be read: %s", error)
+        return {}
+    found: dict[str, str] = {}
+    for entry in sorted(entries.values(), key=lambda e: e.id):
+        if entry.hardware not in UNKNOWN:
+            found.setdefault(entry.deployment, entry.hardware)
+    return found
+
+
 @router.get(
     "/hardware",
     response_model=HardwareList,
@@ -48,5 +75,4 @@ def hardware_classes(skus: set[str]) -> list[dict[str, str]]:
     summary="The hardware classes the fleet runs on now",
 )
 async def list_hardware(account: AccountDep, resources: ResourcesDep) -> FastJSONResponse:
-    entries = await read_fleet(resources.redis)
-    return FastJSONResponse(hardware_classes({entry.hardware for entry in entries.values()}))
+    return FastJSONResponse(hardware_classes(await fleet_classes(resources.redis)))

@@ -16,6 +16,8 @@ from api.deps import AccountDep, Resources, ResourcesDep
 from api.errors import InvalidRequest, NotFound
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
+from api.routes import hardware
+from api.routes.account import render_account
 from api.schemas import Deployment, DeploymentPage, Model, ModelPage, Version, VersionPage
 from tracker import catalog
 from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
@@ -43,17 +45,28 @@ def render_model(model: ModelInfo, latest: VersionInfo | None, base_url: str) ->
         "name": model.name,
         "description": model.description,
         "visibility": model.visibility,
-        "github_url": None,
-        "paper_url": None,
-        "license_url": None,
+        "hardware": model.hardware,
+        "github_url": model.github_url,
+        "paper_url": model.paper_url,
+        "license_url": model.license_url,
         "run_count": 0,
-        "cover_image_url": None,
+        "cover_image_url": model.cover_image_url,
         "default_example": None,
         "latest_version": render_version(latest) if latest is not None else None,
     }
 
 
-def render_deployment(deployment: DeploymentInfo) -> dict[str, Any]:
+#: A deployment's hardware when it names none and no runner of it says.
+UNKNOWN_HARDWARE = "unknown"
+
+
+def render_deployment(deployment: DeploymentInfo, served_on: dict[str, str]) -> dict[str, Any]:
+    """Replicate's shape, every field true: ``hardware`` is the class it names, else (a
+    deployment made before they named one) what its registered runners say they run on
+    (``served_on``), else ``unknown``; the instance bounds are those the Kubernetes kit
+    scales its directors within (``conduit admin scaler``)."""
+    hardware = deployment.hardware or served_on.get(deployment.full_name, UNKNOWN_HARDWARE)
+    released_by = deployment.released_by
     return {
         "owner": deployment.owner,
         "name": deployment.name,
@@ -61,12 +74,12 @@ def render_deployment(deployment: DeploymentInfo) -> dict[str, Any]:
             "number": deployment.release_number,
             "model": deployment.model,
             "version": deployment.version_id,
-            "created_at": iso(deployment.created_at),
-            "created_by": None,
+            "created_at": iso(deployment.released_at or deployment.created_at),
+            "created_by": render_account(released_by) if released_by is not None else None,
             "configuration": {
-                "hardware": "runner",
-                "min_instances": 0,
-                "max_instances": 0,
+                "hardware": hardware,
+                "min_instances": deployment.min_instances,
+                "max_instances": deployment.max_instances,
                 "shards": deployment.shards,
                 "prediction_timeout": deployment.prediction_timeout,
             },
@@ -74,7 +87,9 @@ def render_deployment(deployment: DeploymentInfo) -> dict[str, Any]:
     }
 
 
-async def _model(resources: Resources, account: AccountInfo, owner: str, name: str) -> ModelInfo:
+async def visible_model(
+    resources: Resources, account: AccountInfo, owner: str, name: str
+) -> ModelInfo:
     model = await resources.catalog.model(account, owner, name)
     if model is None:  # or one the account may not see: the same answer
         raise NotFound(f"Model {owner}/{name} does not exist")
@@ -90,7 +105,7 @@ async def _version(
     return found[0]
 
 
-async def _latest(resources: Resources, model: ModelInfo) -> VersionInfo | None:
+async def latest_version(resources: Resources, model: ModelInfo) -> VersionInfo | None:
     if model.latest_version_id is None:
         return None
     found = await resources.catalog.version_of(model, model.latest_version_id)
@@ -146,7 +161,7 @@ async def list_models(
     page, next_url, previous_url = await _page(
         resources, account, cursor, f"{base}/v1/models", catalog.list_models
     )
-    results = [render_model(model, await _latest(resources, model), base) for model in page]
+    results = [render_model(model, await latest_version(resources, model), base) for model in page]
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
 
 
@@ -154,8 +169,8 @@ async def list_models(
 async def get_model(
     request: Request, owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    model = await _model(resources, account, owner, name)
-    latest = await _latest(resources, model)
+    model = await visible_model(resources, account, owner, name)
+    latest = await latest_version(resources, model)
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
 
 
@@ -163,7 +178,7 @@ async def get_model(
 async def list_model_versions(
     owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    model = await _model(resources, account, owner, name)
+    model = await visible_model(resources, account, owner, name)
     ids = await catalog.list_versions(resources.engine, model.id)
     results = [render_version(await _version(resources, account, model, v)) for v in ids]
     return FastJSONResponse({"next": None, "previous": None, "results": results})
@@ -173,7 +188,7 @@ async def list_model_versions(
 async def get_model_version(
     owner: str, name: str, version_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    model = await _model(resources, account, owner, name)
+    model = await visible_model(resources, account, owner, name)
     return FastJSONResponse(render_version(await _version(resources, account, model, version_id)))
 
 
@@ -192,7 +207,8 @@ async def list_deployments(
     page, next_url, previous_url = await _page(
         resources, account, cursor, f"{base}/v1/deployments", catalog.list_deployments
     )
-    results = [render_deployment(deployment) for deployment in page]
+    served_on = await hardware.served_on(resources.redis)
+    results = [render_deployment(deployment, served_on) for deployment in page]
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
 
 
@@ -203,4 +219,6 @@ async def get_deployment(
     deployment = await resources.catalog.deployment(account, owner, name)
     if deployment is None:  # or one the account may not see: the same answer
         raise NotFound(f"Deployment {owner}/{name} does not exist")
-    return FastJSONResponse(render_deployment(deployment))
+    return FastJSONResponse(
+        render_deployment(deployment, await hardware.served_on(resources.redis))
+    )

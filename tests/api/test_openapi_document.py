@@ -145,7 +145,7 @@ def test_rendered_catalog_objects_match_their_schemas() -> None:
     validate("VersionPage", {"next": None, "previous": None, "results": [render_version(version)]})
     validate("Model", render_model(model, version, "http://127.0.0.1:8000"))
     validate("Model", render_model(model, None, "http://127.0.0.1:8000"))
-    validate("Deployment", render_deployment(deployment))
+    validate("Deployment", render_deployment(deployment, {}))
 
 
 def test_problem_bodies_match_the_problem_schema() -> None:

@@ -373,7 +373,8 @@ async def test_a_block_goes_with_its_deployment_and_the_database_holds_one_targe
     from sqlalchemy import delete, insert
     from sqlalchemy.exc import IntegrityError
 
-    from tracker.tables import Block, Deployment
+    from tracker.block_tables import Block
+    from tracker.tables import Deployment
 
     owner = await _account(engine, f"res-gone-{_suffix()}")
     version = await _model(engine, owner.name, "m", Visibility.PUBLIC)
