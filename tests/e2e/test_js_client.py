@@ -7,12 +7,14 @@ Each test runs one scenario of tests/js/client.mjs (:mod:`tests.fixtures.js_clie
 from __future__ import annotations
 
 import json
+import uuid
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
 
 from tests.conftest import ECHO, Stack
+from tests.fixtures.admin import Admin
 from tests.fixtures.fleet_entries import registered
 from tests.fixtures.js_client import Scenario, needs_node, scenarios
 from tests.fixtures.receiver import webhook_receiver
@@ -109,3 +111,23 @@ def test_validate_webhook_with_the_account_secret(js: Scenario, stack: Stack) ->
 def test_hardware_list(js: Scenario, redis_url: str) -> None:
     with registered(redis_url, "gpu"):
         assert {"name": "GPU", "sku": "gpu"} in js("hardware")["hardware"]
+
+
+def test_models_and_deployments_are_managed(stack: Stack, admin: Admin, redis_url: str) -> None:
+    owner = f"js-{uuid.uuid4().hex[:8]}"
+    js = scenarios(stack.api_url, admin.create_account(owner))
+    with registered(redis_url, "cpu"):
+        model = js("createModel", owner=owner, model="pix", hardware="cpu")["model"]
+        assert (model["owner"], model["name"], model["visibility"]) == (owner, "pix", "private")
+        version = admin.create_model(f"{owner}/pix", stack.runner_url)
+        seen = js("manage", owner=owner, model="pix", version=version, hardware="cpu")
+    created, updated = seen["created"]["current_release"], seen["updated"]["current_release"]
+    assert (created["number"], created["version"], created["configuration"]["hardware"]) == (
+        1,
+        version,
+        "cpu",
+    )
+    assert (updated["number"], updated["configuration"]["max_instances"]) == (2, 4)
+    assert seen["fetched"]["current_release"] == updated
+    assert seen["deleted"] is True
+    assert (seen["versionDeleted"], seen["modelDeleted"], seen["afterDelete"]) == (204, 204, 404)

@@ -113,6 +113,52 @@ async function hardware() {
   return { hardware: await replicate.hardware.list() };
 }
 
+async function createModel({ owner, model: name, hardware }) {
+  const model = await replicate.models.create(owner, name, {
+    visibility: "private",
+    hardware,
+    description: "made from JavaScript",
+  });
+  return { model };
+}
+
+// Deploy a registered version, release a new configuration, then delete the deployment, the
+// version and the model, in the order the rules allow (the client has no call for the last
+// two: its generic request does them).
+async function manage({ owner, model: name, version, hardware }) {
+  const created = await replicate.deployments.create({
+    name: `${name}-prod`,
+    model: `${owner}/${name}`,
+    version,
+    hardware,
+    min_instances: 1,
+    max_instances: 2,
+  });
+  const updated = await replicate.deployments.update(owner, `${name}-prod`, { max_instances: 4 });
+  const fetched = await replicate.deployments.get(owner, `${name}-prod`);
+  const deleted = await replicate.deployments.delete(owner, `${name}-prod`);
+  const versionDeleted = await replicate.request(
+    `/models/${owner}/${name}/versions/${version}`,
+    { method: "DELETE" },
+  );
+  const modelDeleted = await replicate.request(`/models/${owner}/${name}`, { method: "DELETE" });
+  let afterDelete = null;
+  try {
+    await replicate.models.get(owner, name);
+  } catch (error) {
+    afterDelete = error.response.status;
+  }
+  return {
+    created,
+    updated,
+    fetched,
+    deleted,
+    versionDeleted: versionDeleted.status,
+    modelDeleted: modelDeleted.status,
+    afterDelete,
+  };
+}
+
 async function filesRoundTrip({ text, metadata }) {
   const created = await replicate.files.create(Buffer.from(text), metadata);
   const got = await replicate.files.get(created.id);
@@ -140,6 +186,8 @@ const scenarios = {
   runWithBuffer,
   filesRoundTrip,
   hardware,
+  createModel,
+  manage,
 };
 
 const [name, args = "{}"] = process.argv.slice(2);

@@ -1,0 +1,199 @@
+"""Managing models, versions and deployments with the official ``replicate`` Python client
+(1.0.7), unmodified: create, read back, change and delete in the order the rules allow, and
+the refusals on the way (problem+json naming the field, 404 for what may not be seen)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import replicate
+from replicate.exceptions import ReplicateError
+
+from tests.conftest import Stack
+from tests.fixtures.admin import Admin
+from tests.fixtures.fleet_entries import registered
+from tests.fixtures.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def owner(admin: Admin) -> tuple[str, str]:
+    name = f"team-{uuid.uuid4().hex[:8]}"
+    return name, admin.create_account(name)
+
+
+@pytest.fixture
+def official(stack: Stack, owner: tuple[str, str]) -> Iterator[replicate.Client]:
+    client = replicate.Client(api_token=owner[1], base_url=stack.api_url)
+    yield client
+    client._client.close()
+
+
+@pytest.fixture
+def cpu(redis_url: str) -> Iterator[str]:
+    """A hardware class the fleet has while the test runs."""
+    with registered(redis_url, "cpu"):
+        yield "cpu"
+
+
+def _problem(error: pytest.ExceptionInfo[ReplicateError]) -> tuple[int | None, str]:
+    return error.value.status, str(error.value.detail)
+
+
+def test_models_are_created_changed_and_deleted(
+    official: replicate.Client, owner: tuple[str, str], stack: Stack, cpu: str, admin: Admin
+) -> None:
+    name = owner[0]
+    model = official.models.create(
+        owner=name,
+        name="sketch",
+        visibility="private",
+        hardware=cpu,
+        description="draws",
+        github_url="https://example.invalid/sketch",
+    )
+    assert (model.owner, model.name, model.visibility, model.description) == (
+        name,
+        "sketch",
+        "private",
+        "draws",
+    )
+    assert model.github_url == "https://example.invalid/sketch"
+    assert model.latest_version is None
+    assert official.models.get(f"{name}/sketch").description == "draws"
+
+    with pytest.raises(ReplicateError) as taken:
+        official.models.create(owner=name, name="sketch", visibility="private", hardware=cpu)
+    assert _problem(taken)[0] == 409
+    with pytest.raises(ReplicateError) as no_such:
+        official.models.create(owner=name, name="other", visibility="private", hardware="tpu-v9")
+    status, detail = _problem(no_such)
+    assert status == 422 and "hardware" in detail and "cpu" in detail
+    with pytest.raises(ReplicateError) as not_mine:
+        official.models.create(owner="conduit", name="mine", visibility="public", hardware=cpu)
+    assert _problem(not_mine)[0] == 403
+
+    # A runner registers a version (the operator's act); then the model cannot go.
+    version = admin.create_model(f"{name}/sketch", stack.runner_url)
+
+    def latest() -> str | None:  # the api's catalogue sees the operator's change within its TTL
+        found = official.models.get(f"{name}/sketch").latest_version
+        return found.id if found is not None else None
+
+    assert wait_for(latest, "the registered version") == version
+    with pytest.raises(ReplicateError) as has_versions:
+        official.models.delete(name, "sketch")
+    assert _problem(has_versions)[0] == 409
+
+    assert official.models.get(f"{name}/sketch").versions.delete(version) is True
+    assert official.models.get(f"{name}/sketch").latest_version is None
+    with pytest.raises(ReplicateError) as gone:
+        official.models.get(f"{name}/sketch").versions.get(version)
+    assert _problem(gone)[0] == 404
+
+    assert official.models.delete(name, "sketch") is True
+    with pytest.raises(ReplicateError) as deleted:
+        official.models.get(f"{name}/sketch")
+    assert _problem(deleted)[0] == 404
+    # The name is free again.
+    again = official.models.create(owner=name, name="sketch", visibility="public", hardware=cpu)
+    assert again.visibility == "public"
+
+
+def test_deployments_are_created_released_and_deleted(
+    official: replicate.Client, owner: tuple[str, str], stack: Stack, cpu: str, admin: Admin
+) -> None:
+    name = owner[0]
+    official.models.create(owner=name, name="echo", visibility="private", hardware=cpu)
+    version = admin.create_model(f"{name}/echo", stack.runner_url)
+    deployment = official.deployments.create(
+        name="echo-prod",
+        model=f"{name}/echo",
+        version=version,
+        hardware=cpu,
+        min_instances=0,
+        max_instances=3,
+    )
+    assert deployment.owner == name and deployment.name == "echo-prod"
+    release = deployment.current_release
+    assert release is not None and release.number == 1 and release.version == version
+    assert release.configuration.hardware == cpu
+    assert (release.configuration.min_instances, release.configuration.max_instances) == (0, 3)
+    assert release.created_by is not None and release.created_by.username == name
+
+    updated = official.deployments.update(name, "echo-prod", max_instances=5)
+    assert updated.current_release is not None
+    assert updated.current_release.number == 2
+    assert updated.current_release.configuration.max_instances == 5
+    same = official.deployments.update(name, "echo-prod", max_instances=5)
+    assert same.current_release is not None and same.current_release.number == 2  # no change
+    fetched = official.deployments.get(f"{name}/echo-prod")
+    assert fetched.current_release is not None
+    assert fetched.current_release.configuration.max_instances == 5
+
+    with pytest.raises(ReplicateError) as bounds:
+        official.deployments.update(name, "echo-prod", min_instances=9)
+    status, detail = _problem(bounds)
+    assert status == 422 and "min_instances" in detail
+    with pytest.raises(ReplicateError) as foreign:
+        official.deployments.update(name, "echo-prod", version="0" * 64)
+    assert _problem(foreign)[0] == 422
+    with pytest.raises(ReplicateError) as pinned:
+        official.models.get(f"{name}/echo").versions.delete(version)
+    assert _problem(pinned)[0] == 409
+    with pytest.raises(ReplicateError) as deployed:
+        official.models.delete(name, "echo")
+    assert _problem(deployed)[0] == 409
+
+    assert official.deployments.delete(name, "echo-prod") is True
+    with pytest.raises(ReplicateError) as gone:
+        official.deployments.get(f"{name}/echo-prod")
+    assert _problem(gone)[0] == 404
+    assert official.models.get(f"{name}/echo").versions.delete(version) is True
+    assert official.models.delete(name, "echo") is True
+
+
+def test_what_an_account_may_not_see_answers_as_missing(
+    stack: Stack, owner: tuple[str, str], token: str, cpu: str, admin: Admin
+) -> None:
+    name = owner[0]
+    mine = httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {owner[1]}"})
+    stranger = httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"})
+    with mine, stranger:
+        made = mine.post(
+            "/v1/models",
+            json={"owner": name, "name": "secret", "visibility": "private", "hardware": cpu},
+        )
+        assert made.status_code == 201, made.text
+        missing = stranger.delete(f"/v1/models/{name}/nothing")
+        hidden = stranger.delete(f"/v1/models/{name}/secret")
+        assert hidden.status_code == missing.status_code == 404
+        assert hidden.json()["detail"].replace("secret", "nothing") == missing.json()["detail"]
+        assert stranger.patch(f"/v1/models/{name}/secret", json={}).status_code == 404
+        # A public one is seen, but not the stranger's to change.
+        assert mine.patch(f"/v1/models/{name}/secret", json={"visibility": "public"}).is_success
+        refused = stranger.patch(f"/v1/models/{name}/secret", json={"description": "mine now"})
+        assert refused.status_code == 403
+        assert refused.headers["content-type"].startswith("application/problem+json")
+
+        bad = mine.post(
+            "/v1/deployments",
+            json={"name": "Bad Name", "model": f"{name}/secret", "version": "a" * 64},
+        )
+        assert bad.status_code == 422
+        assert {e["field"] for e in bad.json()["errors"]} == {"hardware"}
+        named = mine.post(
+            "/v1/deployments",
+            json={
+                "name": "Bad Name",
+                "model": f"{name}/secret",
+                "version": "a" * 64,
+                "hardware": cpu,
+            },
+        )
+        assert named.status_code == 422, named.text
+        assert named.json()["errors"][0]["field"] == "name"
