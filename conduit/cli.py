@@ -136,6 +136,8 @@ def cmd_director(args: argparse.Namespace) -> None:
         overrides["concurrency"] = args.concurrency
     if args.runner_public_url:
         overrides["runner_public_url"] = args.runner_public_url
+    if args.version:
+        overrides["version"] = args.version
     settings = DirectorSettings(**overrides)
     try:
         settings.routes()
@@ -220,6 +222,11 @@ def build_parser() -> argparse.ArgumentParser:
     director.add_argument(
         "--runner-public-url",
         help="the runner's URL as api replicas reach it, for the fleet (default: --runner-url)",
+    )
+    director.add_argument(
+        "--version",
+        help="the version the runner serves (default: the deployment's now); read only its own "
+        "streams until the deployment runs it (a release's new fleet, started ahead)",
     )
     director.set_defaults(func=cmd_director)
 

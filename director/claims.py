@@ -61,9 +61,11 @@ class Claims:
         self.events = events
         self.links = links
 
-    async def claim(self, entry: Entry) -> Claimed | Verdict:
+    async def claim(self, entry: Entry, version: str | None = None) -> Claimed | Verdict:
+        """``version``: the one this director's runner serves (a deployment's prediction runs
+        on it)."""
         prediction_id = entry.prediction_id
-        row = await self.ledger.claim(prediction_id, self.consumer)
+        row = await self.ledger.claim(prediction_id, self.consumer, version=version)
         if row is not None:
             return Claimed(row)
         current = await self.ledger.row(prediction_id)
@@ -81,7 +83,7 @@ class Claims:
             )
             return Verdict.DROP
         takeable = (owner,) if owner is not None else ()
-        row = await self.ledger.claim(prediction_id, self.consumer, takeable)
+        row = await self.ledger.claim(prediction_id, self.consumer, takeable, version)
         return Claimed(row) if row is not None else Verdict.LATER
 
     async def _ensure_done(self, row: RowMapping | None) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sqlalchemy import select
+from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.queue import Queue
@@ -69,27 +69,48 @@ class ServedDeployment:
 
 
 async def load_deployment(
-    engine: AsyncEngine, name: str, queue: Queue | None = None, old_shards: int | None = None
+    engine: AsyncEngine,
+    name: str,
+    queue: Queue | None = None,
+    old_shards: int | None = None,
+    version: str | None = None,
 ) -> ServedDeployment:
-    """The deployment's settings; with ``queue``, also its untagged streams holding entries."""
+    """The deployment's settings; with ``queue``, also its untagged streams holding entries.
+    ``version``: the one served (a version of the deployment's model), when not the one the
+    deployment runs now."""
     owner, _, short = name.partition("/")
+    served = Version.id == (version if version is not None else Deployment.version_id)
     query = (
         select(
-            Deployment.version_id,
+            Version.id,
             Deployment.shards,
             Version.shards,
             Deployment.prediction_timeout,
             Deployment.max_attempts,
             Deployment.priority,
         )
-        .join(Version, Version.id == Deployment.version_id)
+        .join(Version, and_(served, Version.model_id == Deployment.model_id))
         .where(Deployment.owner == owner, Deployment.name == short)
     )
     async with engine.connect() as conn:
         row = (await conn.execute(query)).one_or_none()
     if row is None:
+        if version is not None:
+            raise LookupError(f"deployment {name} does not exist or has no version {version}")
         raise LookupError(f"deployment {name} does not exist")
     info = ServedDeployment(name, *row)
     if queue is None:
         return info
     return replace(info, legacy=tuple(await info.legacy_backlog(queue, old_shards)))
+
+
+async def current_versions(engine: AsyncEngine, names: list[str]) -> dict[str, str]:
+    """The version each deployment of ``names`` runs now (one query); a deleted one is left
+    out."""
+    pairs = [tuple(name.split("/", 1)) for name in names]
+    query = select(Deployment.owner, Deployment.name, Deployment.version_id).where(
+        tuple_(Deployment.owner, Deployment.name).in_(pairs)
+    )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return {f"{owner}/{name}": version for owner, name, version in rows}

@@ -41,6 +41,7 @@ from director.leases import Heartbeats, Takeover
 from director.queue import Queue
 from director.read_order import REFRESH_INTERVAL, ReadOrder
 from director.reconciler import Reconciler
+from director.release_watch import ReleaseWatch
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
 from protocol.errors import RunnerError
@@ -68,6 +69,7 @@ class Director:
         reconciler: Reconciler,
         read_order: ReadOrder | None,
         suspicion: Suspicion,
+        release_watch: ReleaseWatch | None = None,
     ) -> None:
         """``read_order``: with several deployments, the order their streams are read in.
         ``suspicion``: the runner that ignored a cancel, shared with the drivers' handlers."""
@@ -84,6 +86,7 @@ class Director:
         self.reconciler = reconciler
         self.read_order = read_order
         self.suspicion = suspicion
+        self.release_watch = release_watch
         self.stopping = asyncio.Event()
         self.cancels = CancelListener(redis, attempts, self.stopping)
         self._slot_freed = asyncio.Event()
@@ -109,10 +112,13 @@ class Director:
             await self.read_order.refresh()
         for driver in self.drivers:  # learn each runner's hardware before the first prediction
             await driver.monitor.check()
+        if self.release_watch is not None:  # read no queue whose deployment runs another version
+            await self.release_watch.check()
         settings = self.settings
         helpers = [
             asyncio.create_task(self.cancels.run()),
             *self._read_order_refresh(),
+            *self._release_checks(),
             *(asyncio.create_task(driver.monitor.run_forever()) for driver in self.drivers),
             asyncio.create_task(every(settings.heartbeat_every, self.heartbeats.renew)),
             asyncio.create_task(every(settings.claim_interval, self.takeover.claim)),
@@ -134,6 +140,12 @@ class Director:
         if self.read_order is None:
             return []
         return [asyncio.create_task(every(REFRESH_INTERVAL, self.read_order.refresh))]
+
+    def _release_checks(self) -> list[asyncio.Task[None]]:
+        if self.release_watch is None:
+            return []
+        interval = self.settings.release_check_interval
+        return [asyncio.create_task(every(interval, self.release_watch.check))]
 
     async def _read_loop(self) -> None:
         failures = 0

@@ -92,7 +92,7 @@ class AttemptHandler:
 
     async def _process(self, attempt: Attempt) -> bool:
         entry = attempt.entry
-        claim = await self.claims.claim(entry)
+        claim = await self.claims.claim(entry, self.deployment.version_id)
         if not isinstance(claim, Claimed):
             return claim is Verdict.DROP
         row = claim.row

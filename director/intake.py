@@ -46,8 +46,10 @@ class Intake:
         self.attempts = attempts
         self.heartbeats = heartbeats
         #: Each deployment's current streams, in the order the deployments were given.
-        self.groups = groups
-        self.current = [stream for group in groups for stream in group]
+        self._groups = groups
+        #: Streams not read for now: a deployment's own, while it runs another version than
+        #: this director's runner (``director.release_watch``).
+        self.aside: set[str] = set()
         self.draining = draining
         self.retry_interval = retry_interval
         self.block_ms = block_ms
@@ -60,8 +62,37 @@ class Intake:
         self._rotations = [0] * len(groups)
 
     @property
+    def groups(self) -> list[list[str]]:
+        """Each deployment's current streams that are read now."""
+        return [[s for s in group if s not in self.aside] for group in self._groups]
+
+    @property
+    def current(self) -> list[str]:
+        return [stream for group in self.groups for stream in group]
+
+    @property
     def streams(self) -> list[str]:
+        """What is read: current streams not set aside, and those being drained."""
         return self.current + self.draining
+
+    @property
+    def all_streams(self) -> list[str]:
+        """Every stream this director's entries may be in, set aside or not."""
+        return [s for group in self._groups for s in group] + self.draining
+
+    def stand_aside(self, streams: Sequence[str]) -> bool:
+        """Stop reading ``streams`` (entries already held still run); True when that is new."""
+        new = set(streams) - self.aside
+        self.aside |= new
+        return bool(new)
+
+    async def rejoin(self, streams: Sequence[str]) -> bool:
+        """Read ``streams`` again; True when they were set aside."""
+        back = set(streams) & self.aside
+        if back:
+            await self.queue.ensure_groups(sorted(back))
+            self.aside -= back
+        return bool(back)
 
     def is_draining(self, stream: str) -> bool:
         return stream in self.draining

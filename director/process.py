@@ -40,6 +40,7 @@ from director.read_order import ReadOrder
 from director.receiver import Receiver
 from director.reclaim import Reclaimer
 from director.reconciler import Reconciler
+from director.release_watch import ReleaseWatch
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings, Route
 from protocol.client import RunnerClient
@@ -152,7 +153,7 @@ def build_director(
     )
     targets = [target for d in deployments for target in d.targets]
     reconciler = Reconciler(
-        settings, ledger.engine, queue, targets, lambda: intake.streams, consumer, metrics
+        settings, ledger.engine, queue, targets, lambda: intake.all_streams, consumer, metrics
     )
     return Director(
         settings,
@@ -168,6 +169,7 @@ def build_director(
         reconciler=reconciler,
         read_order=read_order,
         suspicion=suspicion,
+        release_watch=ReleaseWatch(ledger.engine, intake, deployments),
     )
 
 
@@ -323,7 +325,7 @@ async def serve(settings: DirectorSettings) -> None:
         served: list[Serving] = []
         for route in routes:
             deployment = await load_deployment(
-                engine, route.deployment, Queue(redis), settings.drain_shards
+                engine, route.deployment, Queue(redis), settings.drain_shards, settings.version
             )
             runner = RunnerClient(route.runner_url, session, settings.runner_token)
             served.append((deployment, runner, route.model))

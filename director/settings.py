@@ -114,6 +114,13 @@ class DirectorSettings(BaseSettings):
     drain_shards: int | None = None
     #: Extra stream keys to read until drained (comma-separated), e.g. after a rename.
     drain_streams: str = ""
+    #: The version the runner serves (one deployment only); default: the deployment's version
+    #: at start. A director started ahead of a release (blue/green) reads only the version's
+    #: own streams until the deployment runs that version (``director.release_watch``).
+    version: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    #: Seconds between reads of the served deployments' current versions: a director whose
+    #: version is no longer the deployment's stops reading the deployment's streams.
+    release_check_interval: float = Field(2.0, gt=0)
 
     #: Most bytes of output (as JSON) one prediction may produce; past it the run is stopped
     #: and the prediction fails, saying so.
@@ -158,6 +165,8 @@ class DirectorSettings(BaseSettings):
             raise ValueError("deployment: a deployment is named twice")
         if len(routes) > 1 and self.pool_url is None:
             raise ValueError("deployment: several deployments run on the slots of a pool_url")
+        if len(routes) > 1 and self.version is not None:
+            raise ValueError("version: names the version of one deployment, not of several")
         return routes
 
     def fleet_url(self, route: Route) -> str:

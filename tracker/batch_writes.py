@@ -44,6 +44,10 @@ class Claim:
     owner: str
     #: Other owners whose claim may be taken over (found dead by the caller).
     takeable: tuple[str, ...] = ()
+    #: The version the claimer's runner serves: a prediction made on a deployment runs on
+    #: it, whichever version the deployment ran when the prediction was made
+    #: (``director.release_watch``); None leaves the row's.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +120,11 @@ ROW = ", ".join(f"p.{column.name}" for column in predictions.c)
 _CLAIM = text(
     f"""
     UPDATE predictions AS p
-    SET attempt = p.attempt + 1, claim_owner = v.owner
-    FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, owner text, owners text[])
+    SET attempt = p.attempt + 1, claim_owner = v.owner,
+        version_id = CASE WHEN p.deployment_id IS NOT NULL AND v.version IS NOT NULL
+                          THEN v.version ELSE p.version_id END
+    FROM jsonb_to_recordset(CAST(:batch AS jsonb))
+      AS v(id text, owner text, owners text[], version text)
     WHERE p.id = ANY(CAST(:ids AS text[])) AND p.id = v.id AND p.status IN {sql_list(UNFINISHED)}
       AND (p.claim_owner IS NULL OR p.claim_owner = ANY(v.owners))
     RETURNING {ROW}
@@ -225,7 +232,12 @@ class StateWrites:
 
     async def _write_claims(self, items: list[Claim]) -> list[RowMapping | None]:
         records = [
-            {"id": item.id, "owner": item.owner, "owners": [item.owner, *item.takeable]}
+            {
+                "id": item.id,
+                "owner": item.owner,
+                "owners": [item.owner, *item.takeable],
+                "version": item.version,
+            }
             for item in items
         ]
         async with autocommit(self.engine).connect() as conn:

@@ -31,10 +31,14 @@ class Ledger:
         self.engine = writes.engine
 
     async def claim(
-        self, prediction_id: str, owner: str, takeable: tuple[str, ...] = ()
+        self,
+        prediction_id: str,
+        owner: str,
+        takeable: tuple[str, ...] = (),
+        version: str | None = None,
     ) -> RowMapping | None:
         """A new attempt at an unfinished prediction, for ``owner`` (:func:`store.claim`)."""
-        return await store.claim(self.writes, prediction_id, owner, takeable)
+        return await store.claim(self.writes, prediction_id, owner, takeable, version)
 
     async def row(self, prediction_id: str) -> RowMapping | None:
         return await store.get(self.engine, prediction_id)

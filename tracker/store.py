@@ -293,7 +293,11 @@ def _grouped(db: AsyncEngine | StateWrites) -> StateWrites:
 
 
 async def claim(
-    db: AsyncEngine | StateWrites, id: str, owner: str, takeable: tuple[str, ...] = ()
+    db: AsyncEngine | StateWrites,
+    id: str,
+    owner: str,
+    takeable: tuple[str, ...] = (),
+    version: str | None = None,
 ) -> RowMapping | None:
     """Take ownership of an unfinished prediction for a new attempt.
 
@@ -301,10 +305,12 @@ async def claim(
     keeps its name), or one whose owner is in ``takeable`` (the caller found that director
     dead) is taken: a duplicate delivery must not fence out a live director's run. Returns the
     row after the claim (with the new attempt number), or None when the prediction is unknown,
-    already terminal, or held by another owner. Grouped with concurrent claims through ``db``
-    when it is the process's :class:`StateWrites`, as are starts and ends below.
+    already terminal, or held by another owner. ``version``: the one the claimer runs, which a
+    deployment's prediction takes (:class:`batch_writes.Claim`). Grouped with concurrent
+    claims through ``db`` when it is the process's :class:`StateWrites`, as are starts and ends
+    below.
     """
-    return await _grouped(db).claims.submit(Claim(id, owner, takeable))
+    return await _grouped(db).claims.submit(Claim(id, owner, takeable, version))
 
 
 async def mark_processing(
