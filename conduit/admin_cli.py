@@ -102,6 +102,28 @@ def cmd_create_deployment(args: argparse.Namespace) -> None:
     print(f"{deployment.full_name} release {deployment.release_number}: {deployment.version_id}")
 
 
+def cmd_scaler(args: argparse.Namespace) -> None:
+    import yaml
+
+    from conduit.scaler import scaled_object
+    from tracker import catalog
+
+    owner, _, name = args.deployment.partition("/")
+
+    async def read(engine: Any) -> tuple[catalog.DeploymentInfo, int]:
+        deployment = await catalog.get_deployment(engine, owner, name)
+        if deployment is None:
+            raise SystemExit(f"conduit: deployment {args.deployment} does not exist")
+        version = await catalog.get_version(engine, deployment.version_id)
+        return deployment, version.shards if version is not None else deployment.shards
+
+    deployment, version_shards = _with_engine(read)
+    manifest = scaled_object(
+        deployment, version_shards, target=args.target, concurrency=args.concurrency
+    )
+    print(yaml.safe_dump(manifest, sort_keys=False), end="")
+
+
 def _kind(args: argparse.Namespace) -> tuple[Literal["model", "deployment"], str]:
     """(kind, OWNER/NAME) from a --model / --deployment pair of options."""
     return ("model", args.model) if args.model else ("deployment", args.deployment)
@@ -312,6 +334,19 @@ def add_admin(sub: Any) -> None:
         help="honour X-Priority: high from every account that may use it (unchanged if omitted)",
     )
     deployment.set_defaults(func=cmd_create_deployment)
+    scaler = admin_sub.add_parser(
+        "scaler",
+        help="print a deployment's KEDA ScaledObject (min/max instances as its releases set "
+        "them), for kubectl apply -f -",
+    )
+    scaler.add_argument("deployment", metavar="OWNER/NAME")
+    scaler.add_argument(
+        "--target", default="conduit-director", help="the Deployment of its directors"
+    )
+    scaler.add_argument(
+        "--concurrency", type=int, default=4, help="each director's --concurrency (default 4)"
+    )
+    scaler.set_defaults(func=cmd_scaler)
     _add_sharing(admin_sub)
     _add_blocks(admin_sub)
     op_token = admin_sub.add_parser(

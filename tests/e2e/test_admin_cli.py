@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 
@@ -13,21 +12,14 @@ import psycopg
 import pytest
 
 from tests.conftest import ECHO, Stack
-from tests.fixtures.admin import Admin
-from tests.fixtures.processes import Launcher, base_env
+from tests.fixtures.admin import Admin, run_admin_cli
+from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
 
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-def _admin(database_url: str, redis_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "conduit", "admin", *args],
-        env=base_env(database_url, redis_url),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+_admin = run_admin_cli
 
 
 def test_create_account_prints_a_token_that_authenticates(

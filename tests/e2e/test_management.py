@@ -10,10 +10,12 @@ from collections.abc import Iterator
 import httpx
 import pytest
 import replicate
+import yaml
 from replicate.exceptions import ReplicateError
 
 from tests.conftest import Stack
-from tests.fixtures.admin import Admin
+from tests.deploy.validation import VERSIONS, validate
+from tests.fixtures.admin import Admin, run_admin_cli
 from tests.fixtures.fleet_entries import registered
 from tests.fixtures.waiting import wait_for
 
@@ -197,3 +199,43 @@ def test_what_an_account_may_not_see_answers_as_missing(
         )
         assert named.status_code == 422, named.text
         assert named.json()["errors"][0]["field"] == "name"
+
+
+def test_the_scaler_follows_the_releases(
+    official: replicate.Client,
+    owner: tuple[str, str],
+    stack: Stack,
+    cpu: str,
+    admin: Admin,
+    database_url: str,
+    redis_url: str,
+) -> None:
+    """``conduit admin scaler`` prints the ScaledObject whose bounds the API set, and it fits
+    KEDA's schema."""
+    name = owner[0]
+    official.models.create(owner=name, name="scaled", visibility="private", hardware=cpu)
+    version = admin.create_model(f"{name}/scaled", stack.runner_url)
+    official.deployments.create(
+        name="scaled",
+        model=f"{name}/scaled",
+        version=version,
+        hardware=cpu,
+        min_instances=0,
+        max_instances=2,
+    )
+    official.deployments.update(name, "scaled", max_instances=7)
+    printed = run_admin_cli(
+        database_url, redis_url, "scaler", f"{name}/scaled", "--concurrency", "3"
+    )
+    assert printed.returncode == 0, printed.stderr
+    manifest = yaml.safe_load(printed.stdout)
+    validate(manifest, VERSIONS[0])
+    spec = manifest["spec"]
+    assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (0, 7)
+    streams = [t["metadata"]["stream"] for t in spec["triggers"]]
+    # Every shard of the deployment's streams and of its version's: 8 each by default.
+    assert len(streams) == 16 and len(set(streams)) == 16
+    assert sum(f"{{dp-{name}/scaled}}" in s for s in streams) == 8
+    assert sum(f"{{vp-{version}}}" in s for s in streams) == 8
+    assert spec["advanced"]["scalingModifiers"]["target"] == "3"
+    assert manifest["metadata"]["labels"]["conduit.dev/hardware"] == cpu
