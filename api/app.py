@@ -44,6 +44,7 @@ from api.routes import (
     request_logs,
     run,
     streams,
+    trainings,
     usage,
     webhooks,
 )
@@ -219,6 +220,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
     app.include_router(account.router)
     app.include_router(models.router)
     app.include_router(manage.router)
+    app.include_router(trainings.router)
     app.include_router(run.router)
     app.include_router(streams.router)
     app.include_router(webhooks.router)

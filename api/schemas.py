@@ -92,6 +92,41 @@ class Prediction(BaseModel):
     )
 
 
+class Training(BaseModel):
+    """A training (``/v1/trainings``): a job on the queue that makes a new version of
+    ``destination`` from ``version`` and the weights it trains."""
+
+    id: str
+    model: str = Field(description="owner/name of the model trained.")
+    version: str = Field(description="The version trained.")
+    destination: str = Field(description="owner/name of the model that gets the new version.")
+    input: dict[str, Any]
+    output: Any = Field(
+        description="On success: `version`, the destination's new version, and `weights`, the "
+        "URL of the trained weights."
+    )
+    logs: str
+    error: str | None
+    status: PredictionStatus
+    created_at: datetime
+    started_at: datetime | None
+    completed_at: datetime | None
+    urls: PredictionUrls
+    metrics: dict[str, Any]
+    source: str
+    data_removed: bool
+    webhook: str | SkipJsonSchema[None] = _absent()
+    webhook_events_filter: list[WebhookEventName] | None = Field(
+        None, description="Present with webhook; null means every event."
+    )
+
+
+class TrainingPage(BaseModel):
+    next: str | None = Field(description="URL of the next (older) page.")
+    previous: str | None = Field(description="URL of the previous (newer) page.")
+    results: list[Training]
+
+
 class Account(BaseModel):
     type: Literal["user", "organization"]
     username: str

@@ -48,6 +48,8 @@ class Destination:
     deployment: str | None = None
     #: The deployment honours ``X-Priority: high`` from anyone who may run it.
     allow_high_priority: bool = False
+    #: A training (``Target.training``): the model its new version goes to.
+    trains_into: str | None = None
 
 
 async def resolve_version_field(
@@ -173,6 +175,8 @@ async def create(
         deadline=datetime.now(UTC) + cancel_after if cancel_after else None,
         priority=priority.value if priority is not None else None,
         request_id=REQUEST_ID.get(),
+        kind="training" if destination.trains_into is not None else "prediction",
+        destination=destination.trains_into,
     )
     if idempotency is None:
         # Stored, then queued; a Redis failure after the commit is answered as stored (201,
@@ -222,20 +226,29 @@ async def check_file_references(
 
 
 async def cancel(
-    resources: Resources, account: AccountInfo, prediction_id: str, links: PredictionLinks
+    resources: Resources,
+    account: AccountInfo,
+    prediction_id: str,
+    links: PredictionLinks,
+    kind: str = "prediction",
 ) -> RowMapping:
-    return await cancel_for(resources, account.id, prediction_id, links)
+    return await cancel_for(resources, account.id, prediction_id, links, kind)
 
 
 async def cancel_for(
-    resources: Resources, account_id: int, prediction_id: str, links: PredictionLinks
+    resources: Resources,
+    account_id: int,
+    prediction_id: str,
+    links: PredictionLinks,
+    kind: str | None = None,
 ) -> RowMapping:
-    """Cancel a prediction of ``account_id`` (the operator page cancels on anyone's behalf)."""
+    """Cancel a prediction (or training: ``kind``; None: either) of ``account_id`` (the
+    operator page cancels on anyone's behalf)."""
     row, canceled_now = await store.request_cancel(
-        resources.engine, account_id, prediction_id, links
+        resources.engine, account_id, prediction_id, links, kind
     )
     if row is None:
-        raise NotFound(f"Prediction {prediction_id} not found")
+        raise NotFound(f"{(kind or 'prediction').capitalize()} {prediction_id} not found")
     if not Status(row["status"]).is_terminal:
         await resources.queue.publish_cancel(prediction_id)
     elif canceled_now:
@@ -246,17 +259,22 @@ async def cancel_for(
 
 
 async def get(
-    resources: Resources, account: AccountInfo, prediction_id: str, *, replica: bool = False
+    resources: Resources,
+    account: AccountInfo,
+    prediction_id: str,
+    *,
+    replica: bool = False,
+    kind: str = "prediction",
 ) -> RowMapping:
     """``replica``: read from the read replica when there is one, and from the primary when
-    the prediction is not there (yet)."""
+    the prediction is not there (yet). ``kind``: ``training`` reads a training."""
     row = None
     if replica and resources.replica is not None:
-        row = await store.get_for_account(resources.replica, account.id, prediction_id)
+        row = await store.get_for_account(resources.replica, account.id, prediction_id, kind)
     if row is None:
-        row = await store.get_for_account(resources.engine, account.id, prediction_id)
+        row = await store.get_for_account(resources.engine, account.id, prediction_id, kind)
     if row is None:
-        raise NotFound(f"Prediction {prediction_id} not found")
+        raise NotFound(f"{kind.capitalize()} {prediction_id} not found")
     return row
 
 
@@ -266,7 +284,9 @@ async def list_page(
     links: PredictionLinks,
     cursor: str | None,
     filters: PredictionFilters,
+    kind: str = "prediction",
 ) -> dict[str, Any]:
+    """One page of the account's predictions (or trainings: ``kind``), newest first."""
     limit = resources.settings.page_size
     after, before = read_cursor(cursor)
     rows = await store.list_for_account(
@@ -278,13 +298,14 @@ async def list_page(
         created_after=filters.created_after,
         created_before=filters.created_before,
         source=filters.source,
+        kind=kind,
     )
     page, next_url, previous_url = keyset_page(
         rows,
         after,
         before,
         limit,
-        f"{links.base_url}/v1/predictions?{filters.query()}cursor=",
+        f"{links.base_url}/v1/{kind}s?{filters.query()}cursor=",
         lambda row: PageKey(row["created_at"], row["id"]),
     )
     return {

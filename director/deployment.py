@@ -28,9 +28,17 @@ class ServedDeployment:
     priority: str = Priority.NORMAL
     #: Streams under the untagged names of earlier releases that still held entries at start.
     legacy: tuple[str, ...] = ()
+    #: ``training``: it runs the trainings of its version, not the deployment's predictions.
+    job_kind: str = "prediction"
+
+    @property
+    def trains(self) -> bool:
+        return self.job_kind == "training"
 
     @property
     def targets(self) -> list[Target]:
+        if self.trains:
+            return [Target.training(self.version_id, self.version_shards)]
         return [
             Target.deployment(self.name, self.shards),
             Target.version(self.version_id, self.version_shards),

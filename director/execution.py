@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from sqlalchemy.engine import RowMapping
@@ -62,6 +62,14 @@ RERUN_AFTER_OUTPUT = (
 )
 
 
+class OutputRefused(Exception):
+    """A run that succeeded but whose output cannot be taken as it is (its error): it fails."""
+
+
+#: Turns a successful run's output into what is recorded (a training's: its new version).
+SuccessHook = Callable[[Any], Awaitable[Any]]
+
+
 class Execution:
     def __init__(
         self,
@@ -80,8 +88,15 @@ class Execution:
         metrics: DirectorMetrics,
         output_file_prefix: str | None = None,
         keeper: DataUrlKeeper | None = None,
+        on_success: SuccessHook | None = None,
+        runner_id: str | None = None,
     ) -> None:
+        """``on_success``: what a succeeded run's output becomes before it is written; it
+        raises :class:`OutputRefused` to fail the run instead, and its run may start again
+        after output was streamed (nobody reads a training's output before its end).
+        ``runner_id``: the id the runner knows the run by (default: the prediction's)."""
         self.runner = runner
+        self.on_success = on_success
         self.tracker = tracker
         self.attempt = attempt
         self.webhook = webhook
@@ -96,6 +111,7 @@ class Execution:
         self.output_file_prefix = output_file_prefix
         self.keeper = keeper
         self.prediction_id = tracker.prediction_id
+        self.runner_id = runner_id or self.prediction_id
         self.tenant = str(tracker.state["account_id"])
         self._loop = asyncio.get_running_loop()
         now = self._loop.time()
@@ -148,7 +164,8 @@ class Execution:
         return await self.tracker.finish(status, error=self._not_started_error())
 
     async def run(self, input: dict[str, Any]) -> RowMapping | None:
-        if self.tracker.attempt > 1 and await self.tracker.earlier_output():
+        rerun = self.tracker.attempt > 1 and self.on_success is None
+        if rerun and await self.tracker.earlier_output():
             # Another attempt's run streamed output before it was lost: running the model
             # again would add a second, possibly different, output to the same stream.
             return await self.tracker.finish(Status.FAILED, error=RERUN_AFTER_OUTPUT)
@@ -206,7 +223,7 @@ class Execution:
             self._seen.offered()
             try:
                 accepted = await self.runner.start(
-                    self.prediction_id,
+                    self.runner_id,
                     input,
                     self.webhook,
                     tenant=self.tenant,
@@ -382,14 +399,20 @@ class Execution:
             error = self._not_started_error()
         elif self._limit_hit and not self._by_deadline:
             status, error = Status.FAILED, self.timeout_error
+        output = snapshot.output
+        if status is Status.SUCCEEDED and self.on_success is not None:
+            try:
+                output = await self.on_success(output)
+            except OutputRefused as refused:
+                status, error = Status.FAILED, str(refused)
         row = await self.tracker.finish(
-            status, output=snapshot.output, logs=snapshot.logs, error=error, times=times
+            status, output=output, logs=snapshot.logs, error=error, times=times
         )
         return row if row is not None else True
 
     async def _cancel_on_runner(self) -> None:
         try:
-            await self.runner.cancel(self.prediction_id)
+            await self.runner.cancel(self.runner_id)
         except RunnerError as error:
             log.warning("cancel of %s not delivered to runner: %r", self.prediction_id, error)
 

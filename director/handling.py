@@ -9,6 +9,7 @@ too (:class:`UnrecordableResult`) dead-letters the entry rather than offering it
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,13 +21,14 @@ from core.logs import REQUEST_ID
 from director.attempts import Attempt
 from director.claims import Claimed, Claims, Verdict, attach
 from director.deployment import ServedDeployment
-from director.execution import Execution
+from director.execution import Execution, SuccessHook
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
 from director.output_files import OutputStore
 from director.reclaim import Reclaimer
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
+from director.trainings import TrainingResults
 from protocol.client import RunnerClient
 from protocol.feed import SnapshotFeed
 from tracker.ledger import Ledger
@@ -40,6 +42,10 @@ INTERRUPTED = (
     "prediction interrupted: its run was lost before it finished (the director or the runner "
     "running it stopped); it is safe to retry"
 )
+
+
+#: Runs a training may start: one lost with its director is run again.
+TRAINING_RUNS = 3
 
 
 class AttemptHandler:
@@ -58,6 +64,7 @@ class AttemptHandler:
         on_cancel_ignored: Callable[[], None],
         metrics: DirectorMetrics,
         output: OutputStore | None = None,
+        trainings: TrainingResults | None = None,
     ) -> None:
         self.settings = settings
         self.deployment = deployment
@@ -72,6 +79,8 @@ class AttemptHandler:
         self.metrics = metrics
         #: Where output files go; None: the runner sends them inline, as data URLs.
         self.output = output
+        #: What a training's success makes (a director of ``job_kind`` training).
+        self.trainings = trainings
         self.caps = Caps(settings.max_output_bytes, settings.max_log_bytes)
         self.backoff = StartBackoff(
             initial=settings.start_backoff_initial,
@@ -127,7 +136,10 @@ class AttemptHandler:
         if feed is not None:
             tracker = self._tracker(row, publishing, Lifecycle.resumed())
             return await self._execute(attempt, tracker, row, feed)
-        rerun = await self.claims.rerun(row, self.deployment.max_attempts)
+        runs = self.deployment.max_attempts
+        if row["kind"] == "training":  # a director's death costs a training one more run
+            runs = max(runs, TRAINING_RUNS)
+        rerun = await self.claims.rerun(row, runs)
         if rerun is None:
             tracker = self._tracker(row, publishing)
             failed = await tracker.finish(Status.FAILED, error=INTERRUPTED)
@@ -186,6 +198,8 @@ class AttemptHandler:
             metrics=self.metrics,
             output_file_prefix=self._files_url(webhook),
             keeper=keeper,
+            on_success=self._on_success(row),
+            runner_id=self._runner_id(row),
         )
         if feed is not None:  # a deadline already past cancels it on the runner at once
             return await self._settled(tracker, await execution.resume(feed))
@@ -198,6 +212,19 @@ class AttemptHandler:
                     tracker, await tracker.finish(Status.FAILED, error=error)
                 )
         return await self._settled(tracker, await execution.run(input))
+
+    @staticmethod
+    def _runner_id(row: RowMapping) -> str | None:
+        """A training's run is known to the trainer by its attempt: a stock Cog trainer keeps
+        a dead director's run going, and would take a new run under the same id for that one
+        (it merges a PUT of an id it runs), whose webhooks go to the dead director."""
+        return f"{row['id']}-{row['attempt']}" if row["kind"] == "training" else None
+
+    def _on_success(self, row: RowMapping) -> SuccessHook | None:
+        """A training's: its weights kept, its destination's new version made."""
+        if self.trainings is None or row["kind"] != "training":
+            return None
+        return functools.partial(self.trainings.publish, row)
 
     async def _dead_letter(self, attempt: Attempt, row: RowMapping, publishing: Publishing) -> bool:
         entry = attempt.entry

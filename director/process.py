@@ -14,6 +14,7 @@ import logging
 import signal
 import socket
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import aiohttp
 import orjson
@@ -43,6 +44,7 @@ from director.reconciler import Reconciler
 from director.release_watch import ReleaseWatch
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings, Route
+from director.trainings import TrainingResults
 from protocol.client import RunnerClient
 from tracker.batch_writes import StateWrites
 from tracker.capabilities import StreamUrlSettings
@@ -86,12 +88,14 @@ def build_director(
     webhook_url: Callable[[Attempt], str],
     metrics: DirectorMetrics,
     output: OutputStore | None = None,
+    trainings: TrainingResults | None = None,
 ) -> Director:
     """A director and its parts. ``served``: each deployment with its runner (and pool slot
     model), in the order given. ``ledger``: the process's way into prediction rows.
     ``webhook_url(attempt)``: where the runner sends that claimed attempt's snapshots (the
     receiver, which shares ``attempts``; the URL holds the attempt's secret). ``output``: where
-    output files go (None: runners send them inline)."""
+    output files go (None: runners send them inline). ``trainings``: what a training's success
+    makes (a director of ``job_kind`` training)."""
     queue = Queue(redis)
     reclaimer = Reclaimer(queue, consumer)
     heartbeats = Heartbeats(
@@ -120,6 +124,7 @@ def build_director(
                 suspicion,
                 metrics,
                 output,
+                trainings,
             )
             for d, runner, model in served
         ]
@@ -169,7 +174,10 @@ def build_director(
         reconciler=reconciler,
         read_order=read_order,
         suspicion=suspicion,
-        release_watch=ReleaseWatch(ledger.engine, intake, deployments),
+        # A trainer reads its version's trainings, whatever version the deployment runs.
+        release_watch=None
+        if settings.job_kind == "training"
+        else ReleaseWatch(ledger.engine, intake, deployments),
     )
 
 
@@ -186,6 +194,7 @@ def _lane(
     suspicion: Suspicion,
     metrics: DirectorMetrics,
     output: OutputStore | None,
+    trainings: TrainingResults | None,
 ) -> DeploymentDriver:
     monitor = RunnerMonitor(runner, settings.runner_check_interval, settings.runner_check_failures)
     handler = AttemptHandler(
@@ -201,6 +210,7 @@ def _lane(
         on_cancel_ignored=functools.partial(suspicion.ignored_cancel, monitor),
         metrics=metrics,
         output=output,
+        trainings=trainings,
     )
     return DeploymentDriver(deployment, runner, monitor, handler, model)
 
@@ -327,7 +337,13 @@ async def serve(settings: DirectorSettings) -> None:
             deployment = await load_deployment(
                 engine, route.deployment, Queue(redis), settings.drain_shards, settings.version
             )
-            runner = RunnerClient(route.runner_url, session, settings.runner_token)
+            deployment = replace(deployment, job_kind=settings.job_kind)
+            runner = RunnerClient(
+                route.runner_url,
+                session,
+                settings.runner_token,
+                trainings=deployment.trains,
+            )
             served.append((deployment, runner, route.model))
         await receiver.start()
         director = build_director(
@@ -341,6 +357,7 @@ async def serve(settings: DirectorSettings) -> None:
             webhook_url=receiver.webhook_url,
             metrics=metrics,
             output=output,
+            trainings=TrainingResults(engine, files) if settings.job_kind == "training" else None,
         )
         receiver.probes = Probes(
             director,
@@ -360,9 +377,12 @@ async def serve(settings: DirectorSettings) -> None:
             len(director.intake.streams),
             receiver.public_url,
         )
+        # A trainer is no runner of the deployment's: the fleet (and the synchronous lane,
+        # which routes by it) must not send it predictions.
         members = [
             _fleet_member(settings, director, driver, route)
             for driver, route in zip(director.drivers, routes, strict=True)
+            if not driver.deployment.trains
         ]
         beats = [asyncio.create_task(m.run(), name="fleet-heartbeat") for m in members]
         try:

@@ -265,7 +265,11 @@ class Receiver:
             token, _, name = name.partition("/")
             if not hmac.compare_digest(token.encode(), self.upload_token.encode()):
                 return _not_found()
-        target = self.attempts.for_prediction(request.headers.get("X-Prediction-ID", ""))
+        # A training's run is known to its trainer as ``<id>-<attempt>``.
+        named, _, attempt = request.headers.get("X-Prediction-ID", "").partition("-")
+        target = self.attempts.for_prediction(named)
+        if target is not None and attempt and attempt != str(target.lease.attempt):
+            target = None
         if target is None or target.stage is not Stage.RUNNING or not name:
             return _not_found()
         # Whoever knows a prediction's id may PUT here: a file too large is refused to the

@@ -9,6 +9,7 @@ on the slots of one model pool host (``pool_url``), each ``OWNER/NAME=MODEL`` on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -118,6 +119,13 @@ class DirectorSettings(BaseSettings):
     #: at start. A director started ahead of a release (blue/green) reads only the version's
     #: own streams until the deployment runs that version (``director.release_watch``).
     version: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    #: What this director runs: ``prediction`` (the deployment's queue), or ``training``: the
+    #: trainings of the deployment's version, on a Cog trainer (``--x-mode train``) through
+    #: its ``/trainings`` endpoint; the trained version goes to each training's destination.
+    job_kind: Literal["prediction", "training"] = Field(
+        "prediction",
+        validation_alias=AliasChoices("CONDUIT_DIRECTOR_JOB_KIND", "DIRECTOR_JOB_KIND"),
+    )
     #: Seconds between reads of the served deployments' current versions: a director whose
     #: version is no longer the deployment's stops reading the deployment's streams.
     release_check_interval: float = Field(2.0, gt=0)

@@ -81,10 +81,19 @@ class RunAnswer:
 
 class RunnerClient:
     def __init__(
-        self, base_url: str, session: aiohttp.ClientSession, token: str | None = None
+        self,
+        base_url: str,
+        session: aiohttp.ClientSession,
+        token: str | None = None,
+        *,
+        trainings: bool = False,
     ) -> None:
+        """``trainings``: start and cancel on Cog's ``/trainings`` endpoints (a trainer)
+        rather than ``/predictions``; the protocol is the same."""
         self.base_url = base_url.rstrip("/")
         self.session = session
+        self._one_path = wire.TRAINING_PATH if trainings else wire.PREDICTION_PATH
+        self._cancel_path = wire.TRAINING_CANCEL_PATH if trainings else wire.CANCEL_PATH
         #: Headers on every call: the runner token, when there is one.
         self.auth: dict[str, str] = wire.bearer(token) if token else {}
 
@@ -174,7 +183,7 @@ class RunnerClient:
         )
         left_out = {"context"} if output_file_prefix else {"context", "output_file_prefix"}
         body = request.model_dump(mode="json", exclude=left_out)
-        url = self.base_url + wire.PREDICTION_PATH.format(id=prediction_id)
+        url = self.base_url + self._one_path.format(id=prediction_id)
         try:
             async with asyncio.timeout(START_ANSWER_TIMEOUT):
                 response = await self.session.put(
@@ -242,7 +251,7 @@ class RunnerClient:
 
     async def cancel(self, prediction_id: str) -> bool:
         """True when the runner knew the prediction (200); False for 404."""
-        url = self.base_url + wire.CANCEL_PATH.format(id=prediction_id)
+        url = self.base_url + self._cancel_path.format(id=prediction_id)
         try:
             async with self.session.post(url, headers=self.auth, allow_redirects=False) as response:
                 text = await response.text()

@@ -136,6 +136,60 @@ async def create_version(
     return version_id
 
 
+async def create_trained_version(
+    engine: AsyncEngine, base_version_id: str, destination: str, weights_url: str, training_id: str
+) -> str:
+    """The version a training makes: ``destination``'s, serving the base version's model (its
+    schema, Cog version and shards) with ``weights_url``; it becomes the destination's latest.
+
+    Its id digests the destination, the base version and the training, so a training run again
+    (its director died before the end was written) makes the same version, with the weights of
+    the run that ended. Raises LookupError when the base version or the destination is gone.
+    """
+    owner, _, name = destination.partition("/")
+    identity = {"model": destination, "base_version": base_version_id, "training": training_id}
+    version_id = hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()
+    async with engine.begin() as conn:
+        base = (
+            await conn.execute(
+                select(Version.openapi_schema, Version.cog_version, Version.shards).where(
+                    Version.id == base_version_id
+                )
+            )
+        ).one_or_none()
+        model_id = (
+            await conn.execute(
+                select(Model.id).where(
+                    Model.owner == owner, Model.name == name, Model.deleted_at.is_(None)
+                )
+            )
+        ).scalar_one_or_none()
+        if base is None or model_id is None:
+            raise LookupError(f"{destination} or version {base_version_id} no longer exists")
+        values = {
+            "model_id": model_id,
+            "weights_url": weights_url,
+            "base_version_id": base_version_id,
+            "training_id": training_id,
+            "deleted_at": None,
+        }
+        await conn.execute(
+            pg_insert(Version)
+            .values(
+                id=version_id,
+                openapi_schema=base.openapi_schema,
+                cog_version=base.cog_version,
+                shards=base.shards,
+                **values,
+            )
+            .on_conflict_do_update(index_elements=[Version.id], set_=values)
+        )
+        await conn.execute(
+            update(Model).where(Model.id == model_id).values(latest_version_id=version_id)
+        )
+    return version_id
+
+
 async def create_deployment(
     engine: AsyncEngine,
     owner: str,

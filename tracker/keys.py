@@ -73,6 +73,7 @@ class Kind(enum.StrEnum):
 
     DEPLOYMENT = "dp"  # a deployment's predictions
     VERSION = "vp"  # a version's predictions (a model's: its latest version)
+    TRAINING = "tp"  # trainings of a version (``/v1/trainings``), for its trainers
 
 
 def deployable(kind: str, key: str) -> str:
@@ -227,9 +228,14 @@ class Target:
     def version(cls, version_id: str, shards: int) -> Target:
         return cls(Kind.VERSION, version_id, shards)
 
+    @classmethod
+    def training(cls, version_id: str, shards: int) -> Target:
+        return cls(Kind.TRAINING, version_id, shards)
+
     @property
     def name(self) -> str:
-        """``dp-owner/name`` or ``vp-<version id>``: its hash tag, and ``predictions.target``."""
+        """``dp-owner/name``, ``vp-<version id>`` or ``tp-<version id>``: its hash tag, and
+        ``predictions.target``."""
         return deployable(self.kind, self.key)
 
     @property

@@ -46,7 +46,45 @@ def prediction_urls(links: PredictionLinks, id: str) -> dict[str, str]:
     return {"get": root, "cancel": f"{root}/cancel", "stream": stream}
 
 
+def training_urls(links: PredictionLinks, id: str) -> dict[str, str]:
+    """A training's: its own ``get`` and ``cancel``, and the stream it shares with predictions."""
+    root = f"{links.base_url}/v1/trainings/{id}"
+    return {**prediction_urls(links, id), "get": root, "cancel": f"{root}/cancel"}
+
+
+def render_training(row: Mapping[Any, Any], links: PredictionLinks) -> dict[str, Any]:
+    """Replicate's training object: the base model and version it trains from, the model its
+    new version goes to (``destination``), and on success ``output.version`` and
+    ``output.weights``."""
+    body: dict[str, Any] = {
+        "id": row["id"],
+        "model": row["model"],
+        "version": row["version_id"],
+        "destination": row["destination"],
+        "input": row["input"],
+        "output": row["output"],
+        "logs": row["logs"] or "",
+        "error": row["error"],
+        "status": row["status"],
+        "created_at": iso(row["created_at"]),
+        "started_at": iso(row["started_at"]),
+        "completed_at": iso(row["completed_at"]),
+        "urls": training_urls(links, row["id"]),
+        "metrics": dict(row["metrics"] or {}),
+        "source": row["source"],
+        "data_removed": row["data_removed"],
+    }
+    if row["webhook"] is not None:
+        body["webhook"] = row["webhook"]
+        body["webhook_events_filter"] = row["webhook_events_filter"]
+    return body
+
+
 def render_prediction(row: Mapping[Any, Any], links: PredictionLinks) -> dict[str, Any]:
+    """A prediction, or a training (``kind``) as a training renders: one entry point for
+    every body that leaves Conduit, webhooks included."""
+    if row.get("kind") == "training":
+        return render_training(row, links)
     status = row["status"]
     metrics = dict(row["metrics"] or {})
     body: dict[str, Any] = {

@@ -24,6 +24,7 @@ from sqlalchemy import (
     literal,
     select,
     text,
+    true,
     tuple_,
     update,
 )
@@ -67,6 +68,9 @@ class NewPrediction:
     request_id: str | None = None
     #: The gateway graph run it is a step of (``predictions.graph``).
     graph: dict[str, Any] | None = None
+    #: ``prediction`` or ``training``; a training's destination model.
+    kind: str = "prediction"
+    destination: str | None = None
 
 
 async def insert_prediction(conn: AsyncConnection, new: NewPrediction) -> RowMapping:
@@ -80,14 +84,14 @@ _INSERT_MANY = text(
     """
     INSERT INTO predictions (id, account_id, model, version_id, deployment_id, deployment,
       input, webhook, webhook_events_filter, target, deadline, source, priority, request_id,
-      graph)
+      graph, kind, destination)
     SELECT v.id, v.account_id, v.model, v.version_id, v.deployment_id, v.deployment, v.input,
       v.webhook, v.webhook_events_filter, v.target, v.deadline, v.source, v.priority,
-      v.request_id, v.graph
+      v.request_id, v.graph, v.kind, v.destination
     FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, account_id bigint,
       model text, version_id text, deployment_id bigint, deployment text, input jsonb,
       webhook text, webhook_events_filter text[], target text, deadline timestamptz,
-      source text, priority text, request_id text, graph jsonb)
+      source text, priority text, request_id text, graph jsonb, kind text, destination text)
     RETURNING """
     + RETURNED
 ).columns(*predictions.c)
@@ -128,6 +132,8 @@ def _values(new: NewPrediction) -> dict[str, Any]:
         "priority": new.priority,
         "request_id": new.request_id,
         "graph": new.graph,
+        "kind": new.kind,
+        "destination": new.destination,
     }
 
 
@@ -165,10 +171,15 @@ async def insert_idempotency_key(
     await conn.execute(insert(idempotency_keys).values(values))
 
 
-async def get_for_account(engine: AsyncEngine, account_id: int, id: str) -> RowMapping | None:
-    query = select(predictions).where(
-        predictions.c.id == id, predictions.c.account_id == account_id
-    )
+async def get_for_account(
+    engine: AsyncEngine, account_id: int, id: str, kind: str | None = "prediction"
+) -> RowMapping | None:
+    """The account's prediction (or training, by ``kind``; None: either): another's, or one
+    of the other kind, is None."""
+    c = predictions.c
+    query = select(predictions).where(c.id == id, c.account_id == account_id)
+    if kind is not None:
+        query = query.where(c.kind == kind)
     async with autocommit(engine).connect() as conn:
         return (await conn.execute(query)).mappings().one_or_none()
 
@@ -224,11 +235,13 @@ async def list_for_account(
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     source: str | None = None,
+    kind: str = "prediction",
 ) -> list[RowMapping]:
     """Newest first. ``after`` pages towards older rows, ``before`` towards newer ones; only
-    rows created strictly between ``created_after`` and ``created_before``, from ``source``."""
+    rows of ``kind`` created strictly between ``created_after`` and ``created_before``, from
+    ``source``."""
     c = predictions.c
-    query = select(predictions).where(c.account_id == account_id)
+    query = select(predictions).where(c.account_id == account_id, c.kind == kind)
     if created_after is not None:
         query = query.where(c.created_at > created_after)
     if created_before is not None:
@@ -244,20 +257,26 @@ async def list_for_account(
 
 
 async def request_cancel(
-    engine: AsyncEngine, account_id: int, id: str, webhook_links: PredictionLinks | None = None
+    engine: AsyncEngine,
+    account_id: int,
+    id: str,
+    webhook_links: PredictionLinks | None = None,
+    kind: str | None = None,
 ) -> tuple[RowMapping | None, bool]:
     """Flag a cancel; a prediction still queued and unclaimed is canceled on the spot.
 
     A claimed one keeps its status: the director that owns it sees the flag (or the published
     cancel) and stops the runner. The claim sets ``claim_owner`` under the same row lock, so the
     two paths cannot both win. Returns the row and whether this call made it terminal.
+    ``kind``: only a prediction or only a training (None: either, as the operator page acts).
     """
     c = predictions.c
+    same_kind = c.kind == kind if kind is not None else true()
     queued = and_(c.status == Status.STARTING.value, c.claim_owner.is_(None))
     now = func.now()
     statement = (
         update(predictions)
-        .where(c.id == id, c.account_id == account_id, c.status.in_(UNFINISHED))
+        .where(c.id == id, c.account_id == account_id, c.status.in_(UNFINISHED), same_kind)
         .values(
             cancel_requested=True,
             status=case((queued, Status.CANCELED.value), else_=c.status),
@@ -274,7 +293,7 @@ async def request_cancel(
             await enqueue_completed(conn, row, webhook_links)
     if row is not None:
         return row, canceled_now
-    return await get_for_account(engine, account_id, id), False
+    return await get_for_account(engine, account_id, id, kind), False
 
 
 def _metrics_sql(times: RunnerTimes | None) -> Any:

@@ -116,6 +116,11 @@ class Version(Base):
     shards: Mapped[int] = mapped_column(Integer, server_default="8")
     #: Deleted at: gone from the API, kept for the predictions that name it.
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: Made by training ``training_id`` on ``base_version_id``: that version's model with
+    #: these weights (Cog's ``COG_WEIGHTS``).
+    base_version_id: Mapped[str | None] = mapped_column(String(64))
+    weights_url: Mapped[str | None] = mapped_column(Text)
+    training_id: Mapped[str | None] = mapped_column(String(32))
     created_at: Mapped[datetime] = now_column()
 
 
@@ -223,6 +228,10 @@ class Prediction(Base):
     version_id: Mapped[str] = mapped_column(ForeignKey("versions.id"))
     deployment_id: Mapped[int | None] = mapped_column(ForeignKey("deployments.id"))
     deployment: Mapped[str | None] = mapped_column(String(401))
+    #: ``prediction``, or ``training`` (``/v1/trainings``): queued and run alike.
+    kind: Mapped[str] = mapped_column(String(16), server_default="prediction")
+    #: A training's destination model (``owner/name``), which its new version goes to.
+    destination: Mapped[str | None] = mapped_column(String(201))
     input: Mapped[dict[str, Any]] = mapped_column(JSONB)
     output: Mapped[Any] = mapped_column(JSONB, nullable=True)
     logs: Mapped[str] = mapped_column(Text, server_default="")

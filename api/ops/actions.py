@@ -42,9 +42,11 @@ _FINISHED = sorted(status.value for status in TERMINAL)
 _RETRY = text(
     """
     INSERT INTO predictions (id, account_id, model, version_id, deployment_id, deployment,
-      input, webhook, webhook_events_filter, target, source, priority, retry_of)
+      input, webhook, webhook_events_filter, target, source, priority, retry_of, kind,
+      destination)
     SELECT m.new_id, p.account_id, p.model, p.version_id, p.deployment_id, p.deployment,
-      p.input, p.webhook, p.webhook_events_filter, p.target, 'ops', p.priority, p.id
+      p.input, p.webhook, p.webhook_events_filter, p.target, 'ops', p.priority, p.id, p.kind,
+      p.destination
     FROM predictions p
     JOIN unnest(CAST(:old AS text[]), CAST(:new AS text[])) AS m(old_id, new_id)
       ON m.old_id = p.id

@@ -132,7 +132,10 @@ async def _readable(
     if verdict is not None and bearer_token(request) is None:
         refuse_capability(verdict)
     account = await resources.auth.account(request)
-    return await serving.get(resources, account, prediction_id)
+    try:
+        return await serving.get(resources, account, prediction_id)
+    except NotFound:  # a training streams as a prediction does
+        return await serving.get(resources, account, prediction_id, kind="training")
 
 
 async def follow(subscription: Subscription) -> AsyncIterator[ServerSentEvent]:

@@ -133,6 +133,22 @@ async def list_for_account(
     return records
 
 
+async def keep_as_weights(engine: AsyncEngine, account_id: int, file_id: str) -> FileRecord | None:
+    """A live output file of the account's, kept from now on as a training's weights: no
+    longer a run's output, which retention removes with the run's data. None when there is
+    no such file."""
+    c = files.c
+    query = (
+        update(files)
+        .where(c.id == file_id, c.account_id == account_id, c.kind == "output", _live())
+        .values(kind="weights", prediction_id=None)
+        .returning(files)
+    )
+    async with autocommit(engine).connect() as conn:
+        row = (await conn.execute(query)).mappings().one_or_none()
+    return _record(row) if row is not None else None
+
+
 async def mark_deleted(engine: AsyncEngine, account_id: int, file_id: str) -> str | None:
     """Hide the account's file; its storage key, or None when there was no such live file."""
     c = files.c

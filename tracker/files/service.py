@@ -144,6 +144,43 @@ class Files:
             raise StoreError("no signing key to make the output file's URL with")
         return url
 
+    async def save_weights(
+        self,
+        account_id: int,
+        training_id: str,
+        name: str,
+        content_type: str,
+        chunks: AsyncIterable[bytes],
+    ) -> str:
+        """Store a training's weights; their delivery URL, which lives as long as the file:
+        no expiry, and not a run's output (retention keeps them for the version they make)."""
+        file_id = new_file_id()
+        record = await self._save(
+            account_id,
+            "weights",
+            None,
+            f"weights/{training_id}/{file_id}",
+            file_id,
+            name,
+            content_type,
+            chunks,
+            {"training": training_id},
+            None,
+        )
+        return self._lasting_url(record)
+
+    async def keep_as_weights(self, account_id: int, file_id: str) -> str | None:
+        """An output file already stored (uploaded by the trainer, or a large data URL the
+        receiver moved out) kept as weights (:func:`records.keep_as_weights`); its URL."""
+        record = await records.keep_as_weights(self.engine, account_id, file_id)
+        return self._lasting_url(record) if record is not None else None
+
+    def _lasting_url(self, record: FileRecord) -> str:
+        url = self.links.delivery_url(record, None)
+        if url is None:
+            raise StoreError("no signing key to make the file's URL with")
+        return url
+
     async def _save(
         self,
         account_id: int,
