@@ -53,8 +53,9 @@ class TrainingResults:
 
     async def publish(self, row: Mapping[Any, Any], output: Any) -> dict[str, str]:
         """The training's output as Replicate words it: ``version``, the destination's new
-        version, and ``weights``, their URL. Raises :class:`TrainingUnpublished`, or what the
-        store or the database raise (the entry is then offered again)."""
+        version (``owner/name:<id>``), and ``weights``, their URL. Raises
+        :class:`TrainingUnpublished`, or what the store or the database raise (the entry is
+        then offered again)."""
         weights = output.get("weights") if isinstance(output, dict) else output
         if not isinstance(weights, str) or not weights:
             raise TrainingUnpublished(
@@ -67,7 +68,8 @@ class TrainingResults:
             )
         except LookupError as error:
             raise TrainingUnpublished(f"the trained version cannot be made: {error}") from error
-        return {"version": version, "weights": url}
+        # Replicate's form, which its clients parse: ``owner/name:<version id>``.
+        return {"version": f"{row['destination']}:{version}", "weights": url}
 
     async def _keep(self, row: Mapping[Any, Any], weights: str) -> str:
         account_id, training_id = int(row["account_id"]), str(row["id"])

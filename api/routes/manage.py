@@ -100,9 +100,15 @@ async def _deployment(resources: Resources, account: Any, owner: str, name: str)
 
 
 async def _rendered_deployment(
-    resources: Resources, deployment: DeploymentInfo
+    resources: Resources, deployment: DeploymentInfo, before: DeploymentInfo | None = None
 ) -> FastJSONResponse:
-    resources.catalog.forget(deployment=(deployment.owner, deployment.name))
+    """The deployment as changed here; whether its version (and the one it ran ``before``) is
+    deployed changed too: this process forgets them all."""
+    resources.catalog.forget(
+        deployment=(deployment.owner, deployment.name), version=deployment.version_id
+    )
+    if before is not None:
+        resources.catalog.forget(version=before.version_id)
     served_on = await hardware.served_on(resources.redis)
     return FastJSONResponse(render_deployment(deployment, served_on))
 
@@ -258,12 +264,10 @@ async def update_deployment(
     )
     try:
         await _check_hardware(resources, body.hardware, deployment.hardware)
-        deployment = await management.update_deployment(
-            resources.engine, deployment, account, changes
-        )
+        updated = await management.update_deployment(resources.engine, deployment, account, changes)
     except _FAILURES as error:
         raise _problem(error) from error
-    return await _rendered_deployment(resources, deployment)
+    return await _rendered_deployment(resources, updated, deployment)
 
 
 @router.delete(
@@ -280,5 +284,5 @@ async def delete_deployment(
         await management.delete_deployment(resources.engine, deployment, account)
     except _FAILURES as error:
         raise _problem(error) from error
-    resources.catalog.forget(deployment=(owner, name))
+    resources.catalog.forget(deployment=(owner, name), version=deployment.version_id)
     return Response(status_code=204)
