@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
+from tests.fixtures.cog_server import FIXTURES
 from tests.fixtures.fleet_entries import registered
 from tests.fixtures.js_client import Scenario, needs_node, scenarios
 from tests.fixtures.receiver import webhook_receiver
@@ -22,6 +23,7 @@ from tests.fixtures.sse import events
 from tests.fixtures.waiting import wait_for
 
 pytestmark = [pytest.mark.e2e, needs_node]
+TRAINER = FIXTURES / "cog_trainer"
 
 
 @pytest.fixture
@@ -131,3 +133,30 @@ def test_models_and_deployments_are_managed(stack: Stack, admin: Admin, redis_ur
     assert seen["fetched"]["current_release"] == updated
     assert seen["deleted"] is True
     assert (seen["versionDeleted"], seen["modelDeleted"], seen["afterDelete"]) == (204, 204, 404)
+
+
+def test_trainings_are_created_read_listed_and_canceled(stack: Stack, admin: Admin) -> None:
+    owner = f"js-{uuid.uuid4().hex[:8]}"
+    js = scenarios(stack.api_url, admin.create_account(owner))
+    schema = json.loads((TRAINER / ".cog" / "openapi_schema.json").read_text())
+    version = admin.register_version(f"{owner}/words", schema, "0.23.1")
+    admin.register_version(f"{owner}/tuned", schema, "0.23.1")
+    seen = js(
+        "trainings",
+        owner=owner,
+        model="words",
+        version=version,
+        destination=f"{owner}/tuned",
+        input={"words": "hola"},
+    )
+    created = seen["created"]
+    assert (created["model"], created["version"]) == (f"{owner}/words", version)
+    assert (created["destination"], created["status"]) == (f"{owner}/tuned", "starting")
+    assert created["input"] == {"words": "hola"}
+    assert seen["fetched"]["id"] == created["id"]
+    assert seen["listed"][:1] == [created["id"]]
+    assert (seen["canceled"], seen["after"]) == ("canceled", "canceled")
+    creates = [r for r in seen["requests"] if r["method"] == "POST"]
+    assert urlsplit(creates[0]["url"]).path == (
+        f"/v1/models/{owner}/words/versions/{version}/trainings"
+    )

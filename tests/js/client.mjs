@@ -159,6 +159,25 @@ async function manage({ owner, model: name, version, hardware }) {
   };
 }
 
+// A training on a version no trainer serves yet: it waits, is read back, listed and canceled.
+async function trainings({ owner, model, version, destination, input }) {
+  const created = await replicate.trainings.create(owner, model, version, {
+    destination,
+    input,
+  });
+  const fetched = await replicate.trainings.get(created.id);
+  const listed = await replicate.trainings.list();
+  const canceled = await replicate.trainings.cancel(created.id);
+  const after = await replicate.trainings.get(created.id);
+  return {
+    created,
+    fetched,
+    listed: listed.results.map((training) => training.id),
+    canceled: canceled.status,
+    after: after.status,
+  };
+}
+
 async function filesRoundTrip({ text, metadata }) {
   const created = await replicate.files.create(Buffer.from(text), metadata);
   const got = await replicate.files.get(created.id);
@@ -188,6 +207,7 @@ const scenarios = {
   hardware,
   createModel,
   manage,
+  trainings,
 };
 
 const [name, args = "{}"] = process.argv.slice(2);
