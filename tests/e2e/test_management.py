@@ -168,23 +168,23 @@ def test_what_an_account_may_not_see_answers_as_missing(
     with mine, stranger:
         made = mine.post(
             "/v1/models",
-            json={"owner": name, "name": "secret", "visibility": "private", "hardware": cpu},
+            json={"owner": name, "name": "hidden-one", "visibility": "private", "hardware": cpu},
         )
         assert made.status_code == 201, made.text
         missing = stranger.delete(f"/v1/models/{name}/nothing")
-        hidden = stranger.delete(f"/v1/models/{name}/secret")
+        hidden = stranger.delete(f"/v1/models/{name}/hidden-one")
         assert hidden.status_code == missing.status_code == 404
-        assert hidden.json()["detail"].replace("secret", "nothing") == missing.json()["detail"]
-        assert stranger.patch(f"/v1/models/{name}/secret", json={}).status_code == 404
+        assert hidden.json()["detail"].replace("hidden-one", "nothing") == missing.json()["detail"]
+        assert stranger.patch(f"/v1/models/{name}/hidden-one", json={}).status_code == 404
         # A public one is seen, but not the stranger's to change.
-        assert mine.patch(f"/v1/models/{name}/secret", json={"visibility": "public"}).is_success
-        refused = stranger.patch(f"/v1/models/{name}/secret", json={"description": "mine now"})
+        assert mine.patch(f"/v1/models/{name}/hidden-one", json={"visibility": "public"}).is_success
+        refused = stranger.patch(f"/v1/models/{name}/hidden-one", json={"description": "mine now"})
         assert refused.status_code == 403
         assert refused.headers["content-type"].startswith("application/problem+json")
 
         bad = mine.post(
             "/v1/deployments",
-            json={"name": "Bad Name", "model": f"{name}/secret", "version": "a" * 64},
+            json={"name": "Bad Name", "model": f"{name}/hidden-one", "version": "a" * 64},
         )
         assert bad.status_code == 422
         assert {e["field"] for e in bad.json()["errors"]} == {"hardware"}
@@ -192,7 +192,7 @@ def test_what_an_account_may_not_see_answers_as_missing(
             "/v1/deployments",
             json={
                 "name": "Bad Name",
-                "model": f"{name}/secret",
+                "model": f"{name}/hidden-one",
                 "version": "a" * 64,
                 "hardware": cpu,
             },

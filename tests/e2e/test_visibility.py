@@ -264,7 +264,11 @@ def test_a_model_list_right_after_a_grant_answers_with_what_it_read(
                 assert listed.status_code == 200, listed.text
                 names = [f"{m['owner']}/{m['name']}" for m in listed.json()["results"]]
                 assert world.model in names
-                [model] = [m for m in listed.json()["results"] if m["name"] == "secret"]
+                [model] = [
+                    m
+                    for m in listed.json()["results"]
+                    if f"{m['owner']}/{m['name']}" == world.model
+                ]
                 assert model["latest_version"]["id"] == world.version
             finally:
                 admin.revoke(world.other, "model", world.model)
