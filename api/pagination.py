@@ -8,7 +8,7 @@ from datetime import datetime
 import orjson
 
 from api.errors import InvalidRequest
-from tracker.store import PageKey
+from tracker.keyset import PageKey
 
 
 def encode_cursor(key: PageKey, direction: str) -> str:

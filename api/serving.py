@@ -25,10 +25,11 @@ from tracker import store
 from tracker.catalog import AccountInfo, VersionInfo
 from tracker.input_checks import RefusedInput, canonical_input, check_input, text_problem
 from tracker.keys import Target
+from tracker.keyset import PageKey
 from tracker.priority import Priority
 from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
-from tracker.store import NewPrediction, PageKey
+from tracker.store import NewPrediction
 
 T = TypeVar("T")
 

@@ -40,7 +40,7 @@ from conduit.cli import migrate
 from conduit.services import local_services
 from director.queue import GROUP
 from tests.fixtures.servers import create_database
-from tracker import catalog_admin, keys, store
+from tracker import catalog_admin, keys, keyset, store
 from tracker.batch_writes import _CLAIM, StateWrites
 from tracker.db import autocommit, make_engine
 
@@ -130,7 +130,7 @@ async def rows_section(url: str, sizes: list[int], rounds: int) -> None:
             ids = [f"bench-{n}" for n in random.sample(range(size), min(size, 5000))]
             deep_row = await store.get(engine, f"bench-{max(0, size - 10_001)}")
             assert deep_row is not None
-            deep = store.PageKey(deep_row["created_at"], deep_row["id"])
+            deep = keyset.PageKey(deep_row["created_at"], deep_row["id"])
             writes = StateWrites(engine)
             claimer = Claimer(size)
 
@@ -146,7 +146,7 @@ async def rows_section(url: str, sizes: list[int], rounds: int) -> None:
             async def newest() -> None:
                 await store.list_for_account(engine, account.id, after=None, before=None, limit=101)
 
-            async def deep_page(deep: store.PageKey = deep) -> None:
+            async def deep_page(deep: keyset.PageKey = deep) -> None:
                 await store.list_for_account(engine, account.id, after=deep, before=None, limit=101)
 
             calls: list[tuple[str, Callable[[], Awaitable[Any]]]] = [

@@ -21,10 +21,14 @@ import enum
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from director.leases import Lease
 from director.queue import Entry
 from protocol import PredictionResponse
+
+#: Why no snapshot came: a cancel, the limit, nothing within the wait, output not kept.
+Interruption = Literal["cancel", "limit", "quiet", "unkept"]
 
 
 class Stage(enum.Enum):
@@ -73,6 +77,38 @@ class Attempt:
     @property
     def prediction_id(self) -> str:
         return self.entry.prediction_id
+
+    async def next_news(
+        self, seconds: float, watch_cancel: bool
+    ) -> PredictionResponse | Interruption:
+        """The next runner snapshot, or why none came: "cancel", "unkept", or "quiet"
+        (nothing within ``seconds``; the caller decides whether that means its limit
+        passed; "limit" when it had none left)."""
+        if self.unkept is not None or not self.snapshots.empty():
+            return "unkept" if self.unkept else self.snapshots.get_nowait()
+        if watch_cancel and self.cancel.is_set():
+            return "cancel"
+        getter = asyncio.ensure_future(self.snapshots.get())
+        lost = asyncio.ensure_future(self.output_lost.wait())
+        waiters: set[asyncio.Future[Any]] = {getter, lost}
+        canceller = None
+        if watch_cancel:
+            canceller = asyncio.ensure_future(self.cancel.wait())
+            waiters.add(canceller)
+        done, _ = await asyncio.wait(
+            waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED
+        )
+        if canceller is not None:
+            canceller.cancel()
+        lost.cancel()
+        if getter in done:
+            return getter.result()
+        getter.cancel()
+        if lost in done:
+            return "unkept"
+        if canceller is not None and canceller in done:
+            return "cancel"
+        return "quiet" if seconds > 0 else "limit"
 
 
 class Attempts:

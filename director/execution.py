@@ -26,17 +26,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy.engine import RowMapping
 
 from core.backoff import StartBackoff
 from core.transient import TRANSIENT
 from core.unreachable import UNREACHABLE
-from director.attempts import Attempt
+from director.attempts import Attempt, Interruption
 from director.metrics import DirectorMetrics
 from director.observed import Observed
+from director.outcomes import OutputRefused, SuccessHook
 from director.output_files import SAVE_ERRORS, DataUrlKeeper, unkept_reason
 from director.runner_monitor import RunnerMonitor
 from protocol import PredictionResponse, Priority, RunnerStatus
@@ -55,19 +56,10 @@ _TERMINAL = {
     RunnerStatus.FAILED: Status.FAILED,
     RunnerStatus.CANCELED: Status.CANCELED,
 }
-Interruption = Literal["cancel", "limit", "quiet", "unkept"]
 RERUN_AFTER_OUTPUT = (
     "prediction interrupted: its run was lost after it had streamed output, and a new run "
     "could contradict what was streamed; it is safe to retry"
 )
-
-
-class OutputRefused(Exception):
-    """A run that succeeded but whose output cannot be taken as it is (its error): it fails."""
-
-
-#: Turns a successful run's output into what is recorded (a training's: its new version).
-SuccessHook = Callable[[Any], Awaitable[Any]]
 
 
 class Execution:
@@ -330,35 +322,9 @@ class Execution:
         return await self.tracker.finish(Status.CANCELED)
 
     async def _next(self, seconds: float, watch_cancel: bool) -> PredictionResponse | Interruption:
-        """The next runner snapshot, or why none came: "cancel", or "quiet" (nothing within
-        ``seconds``; the caller decides whether that means its limit passed)."""
         if self.attempt.lease.lost:
             raise _Lost
-        if self.attempt.unkept is not None or not self.attempt.snapshots.empty():
-            return "unkept" if self.attempt.unkept else self.attempt.snapshots.get_nowait()
-        if watch_cancel and self.attempt.cancel.is_set():
-            return "cancel"
-        getter = asyncio.ensure_future(self.attempt.snapshots.get())
-        lost = asyncio.ensure_future(self.attempt.output_lost.wait())
-        waiters: set[asyncio.Future[Any]] = {getter, lost}
-        canceller = None
-        if watch_cancel:
-            canceller = asyncio.ensure_future(self.attempt.cancel.wait())
-            waiters.add(canceller)
-        done, _ = await asyncio.wait(
-            waiters, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED
-        )
-        if canceller is not None:
-            canceller.cancel()
-        lost.cancel()
-        if getter in done:
-            return getter.result()
-        getter.cancel()
-        if lost in done:
-            return "unkept"
-        if canceller is not None and canceller in done:
-            return "cancel"
-        return "quiet" if seconds > 0 else "limit"
+        return await self.attempt.next_news(seconds, watch_cancel)
 
     def _newest(self, snapshot: PredictionResponse) -> PredictionResponse:
         """The snapshot that says the most of those already here: the terminal one, or else

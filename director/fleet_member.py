@@ -12,11 +12,17 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from core.periodic import Periodic
 from core.transient import TRANSIENT
 from director.runner_monitor import RunnerMonitor
 from tracker.fleet import FleetEntry, FleetRegistry, RunnerState, runner_entry_id
+
+if TYPE_CHECKING:
+    from director.director import Director
+    from director.drivers import DeploymentDriver
+    from director.settings import DirectorSettings, Route
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +110,23 @@ class FleetMember:
             await self.registry.deregister(self.advertised.entry_id)
         except TRANSIENT as error:
             log.warning("fleet entry left to expire: %r", error)
+
+
+def fleet_member(
+    settings: DirectorSettings, director: Director, driver: DeploymentDriver, route: Route
+) -> FleetMember:
+    """Keeps one runner's fleet entry written while the director runs."""
+    advertised = AdvertisedRunner(
+        url=settings.fleet_url(route),
+        deployment=driver.deployment.name,
+        version_id=driver.deployment.version_id,
+        director=director.consumer,
+        concurrency=settings.concurrency,
+    )
+    return FleetMember(
+        FleetRegistry(director.redis, settings.fleet_ttl_seconds),
+        driver.monitor,
+        advertised,
+        director.stopping,
+        settings.fleet_heartbeat_interval,
+    )

@@ -21,9 +21,10 @@ from core.logs import REQUEST_ID
 from director.attempts import Attempt
 from director.claims import Claimed, Claims, Verdict, attach
 from director.deployment import ServedDeployment
-from director.execution import Execution, SuccessHook
+from director.execution import Execution
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
+from director.outcomes import SuccessHook
 from director.output_files import OutputStore
 from director.reclaim import Reclaimer
 from director.runner_monitor import RunnerMonitor

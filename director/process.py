@@ -26,7 +26,7 @@ from director.claims import Claims
 from director.deployment import ServedDeployment, load_deployment
 from director.director import Director
 from director.drivers import DeploymentDriver, DeploymentDrivers
-from director.fleet_member import AdvertisedRunner, FleetMember
+from director.fleet_member import fleet_member
 from director.handling import AttemptHandler
 from director.intake import Intake
 from director.leases import Heartbeats, Takeover
@@ -54,7 +54,6 @@ from tracker.events import EventLog
 from tracker.files.links import FileLinks
 from tracker.files.service import Files
 from tracker.files.settings import FileSettings
-from tracker.fleet import FleetRegistry
 from tracker.ledger import Ledger
 from tracker.redis_connect import require_noeviction
 from tracker.render import PredictionLinks
@@ -250,26 +249,6 @@ async def _legacy_backlog(
     return found
 
 
-def _fleet_member(
-    settings: DirectorSettings, director: Director, driver: DeploymentDriver, route: Route
-) -> FleetMember:
-    """Keeps one runner's fleet entry written while the director runs."""
-    advertised = AdvertisedRunner(
-        url=settings.fleet_url(route),
-        deployment=driver.deployment.name,
-        version_id=driver.deployment.version_id,
-        director=director.consumer,
-        concurrency=settings.concurrency,
-    )
-    return FleetMember(
-        FleetRegistry(director.redis, settings.fleet_ttl_seconds),
-        driver.monitor,
-        advertised,
-        director.stopping,
-        settings.fleet_heartbeat_interval,
-    )
-
-
 def _health_urls(settings: DirectorSettings, routes: list[Route]) -> list[str]:
     """Where the readiness probe asks each runner's ``/health``: a pool host answers it at
     its root, for all its slots."""
@@ -380,7 +359,7 @@ async def serve(settings: DirectorSettings) -> None:
         # A trainer is no runner of the deployment's: the fleet (and the synchronous lane,
         # which routes by it) must not send it predictions.
         members = [
-            _fleet_member(settings, director, driver, route)
+            fleet_member(settings, director, driver, route)
             for driver, route in zip(director.drivers, routes, strict=True)
             if not driver.deployment.trains
         ]

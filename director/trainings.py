@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director.execution import OutputRefused
+from director.outcomes import OutputRefused
 from tracker import catalog_admin
 from tracker.files.data_urls import DataUrlKeeper
 from tracker.files.service import Files

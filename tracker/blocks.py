@@ -28,7 +28,7 @@ from tracker import catalog
 from tracker.block_tables import Block
 from tracker.catalog import AccountInfo, Grants
 from tracker.db import autocommit
-from tracker.store import PageKey, keyset_page
+from tracker.keyset import PageKey, keyset_page
 from tracker.tables import Account, Deployment, Grant, Model, Version
 
 blocks = cast(Table, Block.__table__)

@@ -30,8 +30,8 @@ from tracker.db import autocommit
 from tracker.graph_schemas import StepBlock, check_mappings
 from tracker.graph_specs import GraphSpec, RefusedGraph, parse_spec
 from tracker.input_checks import FieldError
+from tracker.keyset import PageKey, keyset_page
 from tracker.render import iso
-from tracker.store import PageKey, keyset_page
 
 __all__ = [
     "GRAPH_ID",

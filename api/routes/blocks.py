@@ -24,8 +24,8 @@ from api.responses import FastJSONResponse
 from tracker import blocks, catalog
 from tracker.blocks import BlockInfo
 from tracker.catalog import AccountInfo
+from tracker.keyset import PageKey
 from tracker.render import iso
-from tracker.store import PageKey
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 

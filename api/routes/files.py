@@ -36,7 +36,7 @@ from api.responses import FastJSONResponse
 from tracker.files.links import FileLinks, render_file
 from tracker.files.service import Files, LinkExpired, NoSuchFile
 from tracker.files.store import StoreUnavailable, TooLarge
-from tracker.store import PageKey
+from tracker.keyset import PageKey
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 

@@ -26,8 +26,8 @@ from tracker import named_graphs
 from tracker.block_versions import BlockVersion, find_block_version, served_now
 from tracker.catalog import AccountInfo
 from tracker.input_checks import RefusedInput, canonical_input
+from tracker.keyset import PageKey
 from tracker.named_graphs import CompiledGraph, GraphNameTaken, RefusedGraph, StoredGraph
-from tracker.store import PageKey
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 

@@ -21,8 +21,8 @@ from api.routes.account import render_account
 from api.schemas import Deployment, DeploymentPage, Model, ModelPage, Version, VersionPage
 from tracker import catalog
 from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
+from tracker.keyset import PageKey
 from tracker.render import iso
-from tracker.store import PageKey
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 #: Every route here: bearer auth, and these problems (see ``api.openapi``).

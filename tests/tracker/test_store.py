@@ -7,7 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from protocol.timings import RunnerTimes
 from tests.fixtures.predictions import inserted_prediction, new_predictions
-from tracker import store
+from tracker import keyset, store
 from tracker.states import Status
 
 
@@ -126,7 +126,7 @@ async def test_a_page_starts_at_its_cursor_in_the_index(engine: AsyncEngine) -> 
             await conn.execute(text(f"SET LOCAL {setting} = off"))
         account_id = news[0].account_id
         rows = await store.list_for_account(engine, account_id, after=None, before=None, limit=50)
-        cursor = store.PageKey(rows[-1]["created_at"], rows[-1]["id"])
+        cursor = keyset.PageKey(rows[-1]["created_at"], rows[-1]["id"])
         c = store.predictions.c
         for after, before in ((cursor, None), (None, cursor)):
             query = store.keyset_page(

@@ -27,7 +27,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker.db import autocommit
-from tracker.store import PageKey, keyset_page
+from tracker.keyset import PageKey, keyset_page
 from tracker.tables import File
 
 files = cast(Table, File.__table__)

@@ -27,7 +27,7 @@ from tracker.files.links import FILE_ID, FileLinks, file_reference
 from tracker.files.records import FileRecord
 from tracker.files.settings import FileSettings
 from tracker.files.store import FileStore, ObjectMissing, OpenedObject, StoreError
-from tracker.store import PageKey
+from tracker.keyset import PageKey
 
 __all__ = ["FileRecord", "FileRefError", "Files", "LinkExpired", "NoSuchFile"]
 
