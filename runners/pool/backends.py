@@ -345,7 +345,8 @@ def build(
     if spec.conduit is not None:
         return ConduitBackend(name, spec.conduit, spec.args, concurrency, declared_bytes, config)
     assert spec.cog is not None
-    return CogBackend(name, spec.cog.command, spec.cog.cwd, spec.cog.env, session, probe)
+    cog = spec.cog
+    return CogBackend(name, cog.command, cog.cwd, cog.environment(), session, probe)
 
 
 # --- memory -----------------------------------------------------------------------------------

@@ -88,6 +88,13 @@ class CogCommand(_Strict):
     command: list[str] | None = None
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    #: A trained version's weights (its training's ``output.weights``): the server gets them
+    #: as Cog expects, in ``COG_WEIGHTS``, which its ``setup(weights)`` receives.
+    weights: str | None = None
+
+    def environment(self) -> dict[str, str]:
+        """``env``, with ``COG_WEIGHTS`` when ``weights`` is given."""
+        return {**self.env, "COG_WEIGHTS": self.weights} if self.weights else dict(self.env)
 
 
 class BackendFile(_Strict):

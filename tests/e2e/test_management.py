@@ -137,6 +137,16 @@ def test_deployments_are_created_released_and_deleted(
     assert fetched.current_release is not None
     assert fetched.current_release.configuration.max_instances == 5
 
+    # A second version (the same runner rebuilt on another Cog), released by the client.
+    schema = official.models.get(f"{name}/echo").versions.get(version).openapi_schema
+    second = admin.register_version(f"{name}/echo", schema, "rebuilt")
+    released = official.deployments.update(name, "echo-prod", version=second)
+    assert released.current_release is not None
+    assert (released.current_release.number, released.current_release.version) == (3, second)
+    with pytest.raises(ReplicateError) as still_running:
+        official.models.get(f"{name}/echo").versions.delete(second)
+    assert _problem(still_running)[0] == 409
+
     with pytest.raises(ReplicateError) as bounds:
         official.deployments.update(name, "echo-prod", min_instances=9)
     status, detail = _problem(bounds)
@@ -144,9 +154,6 @@ def test_deployments_are_created_released_and_deleted(
     with pytest.raises(ReplicateError) as foreign:
         official.deployments.update(name, "echo-prod", version="0" * 64)
     assert _problem(foreign)[0] == 422
-    with pytest.raises(ReplicateError) as pinned:
-        official.models.get(f"{name}/echo").versions.delete(version)
-    assert _problem(pinned)[0] == 409
     with pytest.raises(ReplicateError) as deployed:
         official.models.delete(name, "echo")
     assert _problem(deployed)[0] == 409
@@ -155,7 +162,9 @@ def test_deployments_are_created_released_and_deleted(
     with pytest.raises(ReplicateError) as gone:
         official.deployments.get(f"{name}/echo-prod")
     assert _problem(gone)[0] == 404
-    assert official.models.get(f"{name}/echo").versions.delete(version) is True
+    echo = official.models.get(f"{name}/echo")
+    assert echo.versions.delete(version) is True
+    assert echo.versions.delete(second) is True
     assert official.models.delete(name, "echo") is True
 
 

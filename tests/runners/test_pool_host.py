@@ -3,13 +3,17 @@ core, each slot a Cog runner under ``/models/<name>``, the control API at the ro
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,7 @@ from tests.runners.lifecycle_calls import configure
 
 GATED = "tests.fixtures.pool_models:GatedEcho"
 COG_MODEL = Path(__file__).resolve().parent.parent / "fixtures" / "cog_model"
+TRAINER = COG_MODEL.parent / "cog_trainer"
 
 
 def _models() -> list[dict[str, Any]]:
@@ -294,6 +299,54 @@ def test_a_stock_cog_server_slot_loads_and_answers(tmp_path: Path) -> None:
     finally:
         _stop(proc)
     wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in servers), "cog stopped")
+
+
+@contextmanager
+def _serving(directory: Path) -> Iterator[str]:
+    """A plain HTTP server on loopback serving ``directory``'s files: where weights live."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(directory))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cog") is None, reason="cog is not installed")
+def test_a_cog_slot_starts_with_a_trained_versions_weights(tmp_path: Path) -> None:
+    """``weights`` reach the slot's ``setup(weights)`` as ``COG_WEIGHTS``: the trainer
+    fixture's model says what its weights hold."""
+    stored = tmp_path / "store"
+    stored.mkdir()
+    (stored / "weights.txt").write_text("guten tag")
+    with _serving(stored) as files:
+        config = {
+            "models": [
+                {
+                    "name": "tuned",
+                    "size": "1GiB",
+                    "load_timeout": 120,
+                    "backend": {
+                        "cog": {
+                            "cwd": str(TRAINER),
+                            "env": {"COG_PREDICT_TYPE_STUB": "predict.py:Predictor"},
+                            "weights": f"{files}/weights.txt",
+                        }
+                    },
+                }
+            ],
+            "budget": "8GiB",
+        }
+        proc, url = start_pool(config, _env(), tmp_path)
+        try:
+            response = _predict(url, "tuned", prompt="c")
+        finally:
+            _stop(proc)
+    assert response.status_code == 200, response.text
+    assert response.json()["output"] == "guten tag: c"
 
 
 def _seen_loading(url: str, answer: Future[httpx.Response]) -> bool:

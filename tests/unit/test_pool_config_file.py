@@ -26,10 +26,14 @@ def test_the_readme_yaml_example_loads(tmp_path: Path) -> None:
     path.write_text(_pool_example())
     file = load(path)
     assert file.budget == parse_size("24GiB")
-    assert [m.name for m in file.models] == ["small", "llm", "legacy"]
+    assert [m.name for m in file.models] == ["small", "llm", "legacy", "llm-tuned"]
     llm = file.models[1]
     assert llm.pinned and llm.backend.conduit == "vllm" and llm.load_timeout == 600
     assert file.models[2].backend.cog is not None
+    assert "COG_WEIGHTS" not in file.models[2].backend.cog.environment()
+    tuned = file.models[3].backend.cog
+    assert tuned is not None and tuned.weights is not None
+    assert tuned.environment()["COG_WEIGHTS"] == tuned.weights
 
 
 def test_the_yaml_parser_is_a_base_dependency() -> None:
