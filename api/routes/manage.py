@@ -9,6 +9,8 @@ class the fleet has now (``GET /v1/hardware``). Registering a version stays an o
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request, Response
@@ -85,6 +87,30 @@ def _problem(error: Exception) -> Problem:
 
 
 _FAILURES = (management.Refused, management.InUse, management.NotOwner, LookupError)
+#: A delete's declaration: 204, or these problems.
+_DELETE: dict[str, Any] = {
+    "status_code": 204,
+    "responses": problems(401, 403, 404, 409, 503),
+    "openapi_extra": operation(),
+}
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    """What :mod:`tracker.management` refuses, answered as its problem."""
+    try:
+        yield
+    except _FAILURES as error:
+        raise _problem(error) from error
+
+
+def _changes(body: DeploymentCreate | DeploymentUpdate) -> management.DeploymentChanges:
+    return management.DeploymentChanges(
+        version=body.version,
+        hardware=body.hardware,
+        min_instances=body.min_instances,
+        max_instances=body.max_instances,
+    )
 
 
 async def _check_hardware(resources: Resources, wanted: str | None, current: str | None) -> None:
@@ -124,14 +150,12 @@ async def _rendered_deployment(
 async def create_model(
     body: ModelCreate, request: Request, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    try:
+    with _refusals():
         await _check_hardware(resources, body.hardware, None)
         values = body.model_dump(exclude={"owner", "name"}, exclude_none=True)
         model = await management.create_model(
             resources.engine, account, body.owner, body.name, values
         )
-    except _FAILURES as error:
-        raise _problem(error) from error
     resources.catalog.forget(model=(model.owner, model.name))
     return FastJSONResponse(render_model(model, None, resources.base_url(request)), 201)
 
@@ -157,40 +181,26 @@ async def update_model(
             "visibility: must be public or private",
             errors=[{"field": "visibility", "message": "must be public or private"}],
         )
-    try:
+    with _refusals():
         await _check_hardware(resources, changes.get("hardware"), model.hardware)
         model = await management.update_model(resources.engine, model, account, changes)
-    except _FAILURES as error:
-        raise _problem(error) from error
     resources.catalog.forget(model=(owner, name))
     latest = await latest_version(resources, model)
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
 
 
-@router.delete(
-    "/models/{owner}/{name}",
-    status_code=204,
-    responses=problems(401, 403, 404, 409, 503),
-    openapi_extra=operation(),
-)
+@router.delete("/models/{owner}/{name}", **_DELETE)
 async def delete_model(
     owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> Response:
     model = await visible_model(resources, account, owner, name)
-    try:
+    with _refusals():
         await management.delete_model(resources.engine, model, account)
-    except _FAILURES as error:
-        raise _problem(error) from error
     resources.catalog.forget(model=(owner, name))
     return Response(status_code=204)
 
 
-@router.delete(
-    "/models/{owner}/{name}/versions/{version_id}",
-    status_code=204,
-    responses=problems(401, 403, 404, 409, 503),
-    openapi_extra=operation(),
-)
+@router.delete("/models/{owner}/{name}/versions/{version_id}", **_DELETE)
 async def delete_version(
     owner: str, name: str, version_id: str, account: AccountDep, resources: ResourcesDep
 ) -> Response:
@@ -198,10 +208,8 @@ async def delete_version(
     found = await resources.catalog.version_of(model, version_id)
     if found is None:
         raise NotFound(f"Version {version_id} of {owner}/{name} does not exist")
-    try:
+    with _refusals():
         await management.delete_version(resources.engine, model, version_id, account)
-    except _FAILURES as error:
-        raise _problem(error) from error
     resources.catalog.forget(model=(owner, name), version=version_id)
     return Response(status_code=204)
 
@@ -227,19 +235,12 @@ async def create_deployment(
     if model is None:  # or one the account may not see
         message = f"model {body.model} does not exist"
         raise InvalidInput(message, errors=[{"field": "model", "message": message}])
-    changes = management.DeploymentChanges(
-        version=body.version,
-        hardware=body.hardware,
-        min_instances=body.min_instances,
-        max_instances=body.max_instances,
-    )
-    try:
+    changes = _changes(body)
+    with _refusals():
         await _check_hardware(resources, body.hardware, None)
         deployment = await management.create_deployment(
             resources.engine, account, account.name, body.name, model, changes
         )
-    except _FAILURES as error:
-        raise _problem(error) from error
     answer = await _rendered_deployment(resources, deployment)
     answer.status_code = 201
     return answer
@@ -256,33 +257,19 @@ async def update_deployment(
     owner: str, name: str, body: DeploymentUpdate, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
     deployment = await _deployment(resources, account, owner, name)
-    changes = management.DeploymentChanges(
-        version=body.version,
-        hardware=body.hardware,
-        min_instances=body.min_instances,
-        max_instances=body.max_instances,
-    )
-    try:
+    changes = _changes(body)
+    with _refusals():
         await _check_hardware(resources, body.hardware, deployment.hardware)
         updated = await management.update_deployment(resources.engine, deployment, account, changes)
-    except _FAILURES as error:
-        raise _problem(error) from error
     return await _rendered_deployment(resources, updated, deployment)
 
 
-@router.delete(
-    "/deployments/{owner}/{name}",
-    status_code=204,
-    responses=problems(401, 403, 404, 409, 503),
-    openapi_extra=operation(),
-)
+@router.delete("/deployments/{owner}/{name}", **_DELETE)
 async def delete_deployment(
     owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> Response:
     deployment = await _deployment(resources, account, owner, name)
-    try:
+    with _refusals():
         await management.delete_deployment(resources.engine, deployment, account)
-    except _FAILURES as error:
-        raise _problem(error) from error
     resources.catalog.forget(deployment=(owner, name), version=deployment.version_id)
     return Response(status_code=204)

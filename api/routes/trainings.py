@@ -125,12 +125,15 @@ async def list_trainings(
     return FastJSONResponse(page)
 
 
-@router.get(
-    "/trainings/{training_id}",
-    response_model=Training,
-    responses=problems(400, 401, 404, 503),
-    openapi_extra=operation(),
-)
+#: How a route on one training declares itself.
+_ONE: dict[str, Any] = {
+    "response_model": Training,
+    "responses": problems(400, 401, 404, 503),
+    "openapi_extra": operation(),
+}
+
+
+@router.get("/trainings/{training_id}", **_ONE)
 async def get_training(
     request: Request, training_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
@@ -138,12 +141,7 @@ async def get_training(
     return FastJSONResponse(render_training(row, resources.links(request)))
 
 
-@router.post(
-    "/trainings/{training_id}/cancel",
-    response_model=Training,
-    responses=problems(400, 401, 404, 503),
-    openapi_extra=operation(),
-)
+@router.post("/trainings/{training_id}/cancel", **_ONE)
 async def cancel_training(
     request: Request, training_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
