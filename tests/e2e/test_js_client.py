@@ -122,7 +122,11 @@ def test_models_and_deployments_are_managed(stack: Stack, admin: Admin, redis_ur
         model = js("createModel", owner=owner, model="pix", hardware="cpu")["model"]
         assert (model["owner"], model["name"], model["visibility"]) == (owner, "pix", "private")
         version = admin.create_model(f"{owner}/pix", stack.runner_url)
-        seen = js("manage", owner=owner, model="pix", version=version, hardware="cpu")
+        schema = httpx.get(f"{stack.api_url}/openapi.json").json()  # any schema: not run
+        second = admin.register_version(f"{owner}/pix", schema, "rebuilt")
+        seen = js(
+            "manage", owner=owner, model="pix", version=version, second=second, hardware="cpu"
+        )
     created, updated = seen["created"]["current_release"], seen["updated"]["current_release"]
     assert (created["number"], created["version"], created["configuration"]["hardware"]) == (
         1,
@@ -130,9 +134,13 @@ def test_models_and_deployments_are_managed(stack: Stack, admin: Admin, redis_ur
         "cpu",
     )
     assert (updated["number"], updated["configuration"]["max_instances"]) == (2, 4)
-    assert seen["fetched"]["current_release"] == updated
+    released = seen["released"]["current_release"]
+    assert (released["number"], released["version"]) == (3, second)
+    assert released["configuration"]["max_instances"] == 4  # what the release did not change
+    assert seen["fetched"]["current_release"] == released
     assert seen["deleted"] is True
-    assert (seen["versionDeleted"], seen["modelDeleted"], seen["afterDelete"]) == (204, 204, 404)
+    assert seen["versionsDeleted"] == [204, 204]
+    assert (seen["modelDeleted"], seen["afterDelete"]) == (204, 404)
 
 
 def test_trainings_are_created_read_listed_and_canceled(stack: Stack, admin: Admin) -> None:

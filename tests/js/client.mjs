@@ -125,7 +125,7 @@ async function createModel({ owner, model: name, hardware }) {
 // Deploy a registered version, release a new configuration, then delete the deployment, the
 // version and the model, in the order the rules allow (the client has no call for the last
 // two: its generic request does them).
-async function manage({ owner, model: name, version, hardware }) {
+async function manage({ owner, model: name, version, second, hardware }) {
   const created = await replicate.deployments.create({
     name: `${name}-prod`,
     model: `${owner}/${name}`,
@@ -135,12 +135,16 @@ async function manage({ owner, model: name, version, hardware }) {
     max_instances: 2,
   });
   const updated = await replicate.deployments.update(owner, `${name}-prod`, { max_instances: 4 });
+  const released = await replicate.deployments.update(owner, `${name}-prod`, { version: second });
   const fetched = await replicate.deployments.get(owner, `${name}-prod`);
   const deleted = await replicate.deployments.delete(owner, `${name}-prod`);
-  const versionDeleted = await replicate.request(
-    `/models/${owner}/${name}/versions/${version}`,
-    { method: "DELETE" },
-  );
+  const versionsDeleted = [];
+  for (const id of [version, second]) {
+    const answer = await replicate.request(`/models/${owner}/${name}/versions/${id}`, {
+      method: "DELETE",
+    });
+    versionsDeleted.push(answer.status);
+  }
   const modelDeleted = await replicate.request(`/models/${owner}/${name}`, { method: "DELETE" });
   let afterDelete = null;
   try {
@@ -151,9 +155,10 @@ async function manage({ owner, model: name, version, hardware }) {
   return {
     created,
     updated,
+    released,
     fetched,
     deleted,
-    versionDeleted: versionDeleted.status,
+    versionsDeleted,
     modelDeleted: modelDeleted.status,
     afterDelete,
   };
