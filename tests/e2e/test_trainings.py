@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -23,6 +24,7 @@ from tests.fixtures.admin import Admin
 from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.fleet_entries import registered
 from tests.fixtures.processes import Launcher
+from tests.fixtures.receiver import webhook_receiver
 from tests.fixtures.sse import events
 from tests.fixtures.waiting import wait_for
 
@@ -73,13 +75,14 @@ def team(stack: Stack, admin: Admin, redis_url: str, logdir: Path) -> Iterator[T
 
 
 def _create(
-    team: Team, words: str, steps: int = 3, delay: float = 0.0
+    team: Team, words: str, steps: int = 3, delay: float = 0.0, **extra: Any
 ) -> replicate.training.Training:
     return team.official.trainings.create(
         model=f"{team.owner}/words",
         version=team.base_version,
         input={"words": words, "steps": steps, "delay": delay},
         destination=f"{team.owner}/tuned",
+        **extra,
     )
 
 
@@ -95,9 +98,16 @@ def test_a_training_makes_a_version_that_loads_its_weights(
     team: Team, launcher: Launcher, logdir: Path, stack: Stack
 ) -> None:
     owner = team.owner
-    with cog_server(TRAINER, logdir, train=True) as trainer:
+    with cog_server(TRAINER, logdir, train=True) as trainer, webhook_receiver() as hooks:
         launcher.director(f"{owner}/words", trainer, job_kind="training")
-        training = _create(team, "bonjour", steps=4, delay=0.05)
+        training = _create(
+            team,
+            "bonjour",
+            steps=4,
+            delay=0.05,
+            webhook=f"{hooks.url}/trained",
+            webhook_events_filter=["completed"],
+        )
         assert training.status == "starting"
         assert (training.model, training.version) == (f"{owner}/words", team.base_version)
         assert training.destination == f"{owner}/tuned"
@@ -111,6 +121,15 @@ def test_a_training_makes_a_version_that_loads_its_weights(
         assert [line for line in logs if line.startswith("step")] == [f"step {i}" for i in range(4)]
         assert seen[-1].event == "done"
         done = _finished(team, training.id)
+        [delivery] = wait_for(lambda: hooks.to("/trained"), "the completed webhook")
+    hooked = delivery.json()  # a training's shape, like its GET
+    assert (hooked["id"], hooked["status"], hooked["destination"]) == (
+        training.id,
+        "succeeded",
+        f"{owner}/tuned",
+    )
+    assert hooked["output"] == done.output
+    assert hooked["urls"]["get"].endswith(f"/v1/trainings/{training.id}")
 
     assert done.status == "succeeded", done.error
     assert set(done.output) == {"version", "weights"}
