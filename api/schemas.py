@@ -59,8 +59,8 @@ class PredictionUrls(BaseModel):
     stream: str = Field(description="Server-sent events of the prediction's output and logs.")
 
 
-class Prediction(BaseModel):
-    """A prediction, as every endpoint and webhook renders it (``tracker.render``)."""
+class _Job(BaseModel):
+    """What a prediction and a training share (``tracker.render``)."""
 
     id: str
     model: str = Field(description="owner/name of the model.")
@@ -80,44 +80,33 @@ class Prediction(BaseModel):
     )
     source: str
     data_removed: bool
+    webhook: str | SkipJsonSchema[None] = _absent()
+    webhook_events_filter: list[WebhookEventName] | None = Field(
+        None, description="Present with webhook; null means every event."
+    )
+
+
+class Prediction(_Job):
+    """A prediction, as every endpoint and webhook renders it (``tracker.render``)."""
+
     deployment: str | SkipJsonSchema[None] = _absent(
         "owner/name of the deployment, for a deployment's prediction."
     )
     deadline: datetime | SkipJsonSchema[None] = _absent(
         "When it is canceled, or aborted if not yet started (Cancel-After)."
     )
-    webhook: str | SkipJsonSchema[None] = _absent()
-    webhook_events_filter: list[WebhookEventName] | None = Field(
-        None, description="Present with webhook; null means every event."
-    )
 
 
-class Training(BaseModel):
+class Training(_Job):
     """A training (``/v1/trainings``): a job on the queue that makes a new version of
     ``destination`` from ``version`` and the weights it trains."""
 
-    id: str
     model: str = Field(description="owner/name of the model trained.")
     version: str = Field(description="The version trained.")
     destination: str = Field(description="owner/name of the model that gets the new version.")
-    input: dict[str, Any]
     output: Any = Field(
         description="On success: `version`, the destination's new version, and `weights`, the "
         "URL of the trained weights."
-    )
-    logs: str
-    error: str | None
-    status: PredictionStatus
-    created_at: datetime
-    started_at: datetime | None
-    completed_at: datetime | None
-    urls: PredictionUrls
-    metrics: dict[str, Any]
-    source: str
-    data_removed: bool
-    webhook: str | SkipJsonSchema[None] = _absent()
-    webhook_events_filter: list[WebhookEventName] | None = Field(
-        None, description="Present with webhook; null means every event."
     )
 
 

@@ -50,6 +50,7 @@ class Intake:
         #: Streams not read for now: a deployment's own, while it runs another version than
         #: this director's runner (``director.release_watch``).
         self.aside: set[str] = set()
+        self._regroup()
         self.draining = draining
         self.retry_interval = retry_interval
         self.block_ms = block_ms
@@ -61,14 +62,11 @@ class Intake:
         self.order: Callable[[], list[int]] | None = None
         self._rotations = [0] * len(groups)
 
-    @property
-    def groups(self) -> list[list[str]]:
-        """Each deployment's current streams that are read now."""
-        return [[s for s in group if s not in self.aside] for group in self._groups]
-
-    @property
-    def current(self) -> list[str]:
-        return [stream for group in self.groups for stream in group]
+    def _regroup(self) -> None:
+        """``groups``: each deployment's current streams read now; ``current``: all of them.
+        Kept, not derived on each read: the read loop asks for them every turn."""
+        self.groups = [[s for s in group if s not in self.aside] for group in self._groups]
+        self.current = [stream for group in self.groups for stream in group]
 
     @property
     def streams(self) -> list[str]:
@@ -83,7 +81,9 @@ class Intake:
     def stand_aside(self, streams: Sequence[str]) -> bool:
         """Stop reading ``streams`` (entries already held still run); True when that is new."""
         new = set(streams) - self.aside
-        self.aside |= new
+        if new:
+            self.aside |= new
+            self._regroup()
         return bool(new)
 
     async def rejoin(self, streams: Sequence[str]) -> bool:
@@ -92,6 +92,7 @@ class Intake:
         if back:
             await self.queue.ensure_groups(sorted(back))
             self.aside -= back
+            self._regroup()
         return bool(back)
 
     def is_draining(self, stream: str) -> bool:

@@ -18,9 +18,9 @@ import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
 from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, unkept_reason
+from tracker.files.links import delivery_file_id
 
 __all__ = [
     "SAVE_ERRORS",
@@ -102,8 +102,7 @@ async def save_once(
 
 
 async def _discard(files: OutputFiles, account_id: int, url: str) -> None:
-    path = urlsplit(url).path.split("/")  # /v1/files/<id>/<token>/<name>
-    file_id = path[3] if len(path) > 3 and path[1:3] == ["v1", "files"] else None
+    file_id = delivery_file_id(url)
     if file_id is None:
         return
     try:

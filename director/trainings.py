@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.outcomes import OutputRefused
 from tracker import catalog_admin
 from tracker.files.data_urls import DataUrlKeeper
+from tracker.files.links import delivery_file_id
 from tracker.files.service import Files
 
 
@@ -79,20 +79,10 @@ class TrainingResults:
             if kept == weights:
                 raise TrainingUnpublished("the trainer's weights are not a base64 data URL")
             return str(kept)
-        own = _own_file_id(weights, self.files.links.get_url(""))
+        own = delivery_file_id(weights) if weights.startswith(self.files.links.base_url) else None
         if own is not None:
             url = await self.files.keep_as_weights(account_id, own)
             if url is None:
                 raise TrainingUnpublished(f"the weights file {own} is gone")
             return url
         return weights
-
-
-def _own_file_id(url: str, files_root: str) -> str | None:
-    """The file id of one of this platform's delivery URLs (``<root>/<id>/<token>/<name>``)."""
-    if not url.startswith(files_root):
-        return None
-    parts = urlsplit(url).path.rstrip("/").split("/")
-    root = urlsplit(files_root).path.rstrip("/").split("/")
-    rest = parts[len(root) :]
-    return rest[0] if len(rest) == 3 else None

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, select, update
+from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -146,12 +146,14 @@ async def delete_model(engine: AsyncEngine, model: ModelInfo, account: AccountIn
     if not may_manage(account, model.owner):
         raise NotOwner(f"{model.owner}/{model.name} can only be deleted by {model.owner}")
     async with engine.begin() as conn:
-        if not await _lock(conn, Model, model.id):
+        if not await _lock(conn, Model.id, model.id, Model.deleted_at.is_(None)):
             raise LookupError(f"Model {model.owner}/{model.name} does not exist")
-        versions = await _count(conn, Version.model_id == model.id, Version.deleted_at.is_(None))
+        versions = await _count(
+            conn, Version, Version.model_id == model.id, Version.deleted_at.is_(None)
+        )
         if versions:
             raise InUse(f"{model.owner}/{model.name} has {versions} version(s): delete them first")
-        deployments = await _count(conn, Deployment.model_id == model.id)
+        deployments = await _count(conn, Deployment, Deployment.model_id == model.id)
         if deployments:
             raise InUse(
                 f"{model.owner}/{model.name} is run by {deployments} deployment(s): "
@@ -166,7 +168,7 @@ async def delete_version(
     if not may_manage(account, model.owner):
         raise NotOwner(f"Versions of {model.owner}/{model.name} are deleted by {model.owner}")
     async with engine.begin() as conn:
-        if not await _lock(conn, Version, version_id):
+        if not await _lock(conn, Version.id, version_id, Version.deleted_at.is_(None)):
             raise LookupError(f"Version {version_id} does not exist")
         pinned = (
             await conn.execute(
@@ -176,11 +178,11 @@ async def delete_version(
         if pinned:
             names = ", ".join(f"{o}/{n}" for o, n in pinned)
             raise InUse(f"Version {version_id} is run by deployment {names}: change it first")
-        blocks = await _count(conn, Block.version_id == version_id)
+        blocks = await _count(conn, Block, Block.version_id == version_id)
         if blocks:
             raise InUse(f"Version {version_id} is published as {blocks} block(s)")
         running = await _count(
-            conn, Prediction.version_id == version_id, Prediction.status.in_(UNFINISHED)
+            conn, Prediction, Prediction.version_id == version_id, Prediction.status.in_(UNFINISHED)
         )
         if running:
             raise InUse(f"Version {version_id} has {running} prediction(s) queued or running")
@@ -323,13 +325,16 @@ async def delete_deployment(
     if not may_manage(account, deployment.owner):
         raise NotOwner(f"{deployment.full_name} can only be deleted by {deployment.owner}")
     async with engine.begin() as conn:
-        if not await _lock(conn, Deployment, deployment.id):
+        if not await _lock(conn, Deployment.id, deployment.id):
             raise LookupError(f"Deployment {deployment.full_name} does not exist")
-        blocks = await _count(conn, Block.deployment_id == deployment.id)
+        blocks = await _count(conn, Block, Block.deployment_id == deployment.id)
         if blocks:
             raise InUse(f"{deployment.full_name} is published as {blocks} block(s)")
         running = await _count(
-            conn, Prediction.deployment_id == deployment.id, Prediction.status.in_(UNFINISHED)
+            conn,
+            Prediction,
+            Prediction.deployment_id == deployment.id,
+            Prediction.status.in_(UNFINISHED),
         )
         if running:
             raise InUse(
@@ -361,20 +366,14 @@ async def _check_version(conn: AsyncConnection, model_id: int, model: str, versi
         raise Refused("version", f"{model} has no version {version_id}")
 
 
-async def _lock(conn: AsyncConnection, table: Any, key: object) -> bool:
-    found = await conn.execute(
-        select(table.id).where(table.id == key, *_alive(table)).with_for_update()
-    )
+async def _lock(conn: AsyncConnection, column: Any, key: object, *where: Any) -> bool:
+    """Lock the row whose ``column`` is ``key`` (and ``where``); False when there is none."""
+    found = await conn.execute(select(column).where(column == key, *where).with_for_update())
     return found.one_or_none() is not None
 
 
-def _alive(table: Any) -> list[Any]:
-    return [table.deleted_at.is_(None)] if hasattr(table, "deleted_at") else []
-
-
-async def _count(conn: AsyncConnection, *where: Any) -> int:
-    table = where[0].left.table
-    found = await conn.execute(select(func.count()).select_from(table).where(and_(*where)))
+async def _count(conn: AsyncConnection, table: Any, *where: Any) -> int:
+    found = await conn.execute(select(func.count()).select_from(table).where(*where))
     return int(found.scalar_one())
 
 

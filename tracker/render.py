@@ -55,28 +55,9 @@ def training_urls(links: PredictionLinks, id: str) -> dict[str, str]:
 def render_training(row: Mapping[Any, Any], links: PredictionLinks) -> dict[str, Any]:
     """Replicate's training object: the base model and version it trains from, the model its
     new version goes to (``destination``), and on success ``output.version`` and
-    ``output.weights``."""
-    body: dict[str, Any] = {
-        "id": row["id"],
-        "model": row["model"],
-        "version": row["version_id"],
-        "destination": row["destination"],
-        "input": row["input"],
-        "output": row["output"],
-        "logs": row["logs"] or "",
-        "error": row["error"],
-        "status": row["status"],
-        "created_at": iso(row["created_at"]),
-        "started_at": iso(row["started_at"]),
-        "completed_at": iso(row["completed_at"]),
-        "urls": training_urls(links, row["id"]),
-        "metrics": dict(row["metrics"] or {}),
-        "source": row["source"],
-        "data_removed": row["data_removed"],
-    }
-    if row["webhook"] is not None:
-        body["webhook"] = row["webhook"]
-        body["webhook_events_filter"] = row["webhook_events_filter"]
+    ``output.weights``; otherwise a prediction's fields, with its own ``urls``."""
+    body = _common(row, links, {"destination": row["destination"]})
+    body["urls"] = training_urls(links, row["id"])
     return body
 
 
@@ -85,8 +66,18 @@ def render_prediction(row: Mapping[Any, Any], links: PredictionLinks) -> dict[st
     every body that leaves Conduit, webhooks included."""
     if row.get("kind") == "training":
         return render_training(row, links)
-    status = row["status"]
-    metrics = dict(row["metrics"] or {})
+    extra: dict[str, Any] = {}
+    if row["deployment"] is not None:
+        extra["deployment"] = row["deployment"]
+    if row["deadline"] is not None:
+        extra["deadline"] = iso(row["deadline"])
+    return _common(row, links, extra)
+
+
+def _common(
+    row: Mapping[Any, Any], links: PredictionLinks, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """The fields a prediction and a training share, ``extra`` after them, then the webhook."""
     body: dict[str, Any] = {
         "id": row["id"],
         "model": row["model"],
@@ -95,19 +86,16 @@ def render_prediction(row: Mapping[Any, Any], links: PredictionLinks) -> dict[st
         "output": row["output"],
         "logs": row["logs"] or "",
         "error": row["error"],
-        "status": status,
+        "status": row["status"],
         "created_at": iso(row["created_at"]),
         "started_at": iso(row["started_at"]),
         "completed_at": iso(row["completed_at"]),
         "urls": prediction_urls(links, row["id"]),
-        "metrics": metrics,
+        "metrics": dict(row["metrics"] or {}),
         "source": row["source"],
         "data_removed": row["data_removed"],
+        **extra,
     }
-    if row["deployment"] is not None:
-        body["deployment"] = row["deployment"]
-    if row["deadline"] is not None:
-        body["deadline"] = iso(row["deadline"])
     if row["webhook"] is not None:
         body["webhook"] = row["webhook"]
         body["webhook_events_filter"] = row["webhook_events_filter"]

@@ -21,7 +21,13 @@ from api.errors import Conflict, Forbidden, InvalidInput, NotFound, Problem
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
 from api.routes import hardware
-from api.routes.models import latest_version, render_deployment, render_model, visible_model
+from api.routes.models import (
+    latest_version,
+    render_model,
+    rendered_deployments,
+    visible_deployment,
+    visible_model,
+)
 from api.schemas import Deployment, Model
 from api.serving import MODEL_NAME
 from tracker import management
@@ -118,13 +124,6 @@ async def _check_hardware(resources: Resources, wanted: str | None, current: str
         management.check_hardware(wanted, await hardware.fleet_classes(resources.redis))
 
 
-async def _deployment(resources: Resources, account: Any, owner: str, name: str) -> DeploymentInfo:
-    deployment = await resources.catalog.deployment(account, owner, name)
-    if deployment is None:  # or one the account may not see: the same answer
-        raise NotFound(f"Deployment {owner}/{name} does not exist")
-    return deployment
-
-
 async def _rendered_deployment(
     resources: Resources, deployment: DeploymentInfo, before: DeploymentInfo | None = None
 ) -> FastJSONResponse:
@@ -135,8 +134,8 @@ async def _rendered_deployment(
     )
     if before is not None:
         resources.catalog.forget(version=before.version_id)
-    served_on = await hardware.served_on(resources.redis)
-    return FastJSONResponse(render_deployment(deployment, served_on))
+    [rendered] = await rendered_deployments(resources, [deployment])
+    return FastJSONResponse(rendered)
 
 
 @router.post(
@@ -256,7 +255,7 @@ async def create_deployment(
 async def update_deployment(
     owner: str, name: str, body: DeploymentUpdate, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    deployment = await _deployment(resources, account, owner, name)
+    deployment = await visible_deployment(resources, account, owner, name)
     changes = _changes(body)
     with _refusals():
         await _check_hardware(resources, body.hardware, deployment.hardware)
@@ -268,7 +267,7 @@ async def update_deployment(
 async def delete_deployment(
     owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> Response:
-    deployment = await _deployment(resources, account, owner, name)
+    deployment = await visible_deployment(resources, account, owner, name)
     with _refusals():
         await management.delete_deployment(resources.engine, deployment, account)
     resources.catalog.forget(deployment=(owner, name), version=deployment.version_id)

@@ -87,6 +87,25 @@ def render_deployment(deployment: DeploymentInfo, served_on: dict[str, str]) -> 
     }
 
 
+async def rendered_deployments(
+    resources: Resources, deployments: Sequence[DeploymentInfo]
+) -> list[dict[str, Any]]:
+    """Each rendered; the fleet is read (once) only when one of them names no hardware."""
+    served_on = {}
+    if any(deployment.hardware is None for deployment in deployments):
+        served_on = await hardware.served_on(resources.redis)
+    return [render_deployment(deployment, served_on) for deployment in deployments]
+
+
+async def visible_deployment(
+    resources: Resources, account: AccountInfo, owner: str, name: str
+) -> DeploymentInfo:
+    deployment = await resources.catalog.deployment(account, owner, name)
+    if deployment is None:  # or one the account may not see: the same answer
+        raise NotFound(f"Deployment {owner}/{name} does not exist")
+    return deployment
+
+
 async def visible_model(
     resources: Resources, account: AccountInfo, owner: str, name: str
 ) -> ModelInfo:
@@ -207,8 +226,7 @@ async def list_deployments(
     page, next_url, previous_url = await _page(
         resources, account, cursor, f"{base}/v1/deployments", catalog.list_deployments
     )
-    served_on = await hardware.served_on(resources.redis)
-    results = [render_deployment(deployment, served_on) for deployment in page]
+    results = await rendered_deployments(resources, page)
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
 
 
@@ -216,9 +234,6 @@ async def list_deployments(
 async def get_deployment(
     owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    deployment = await resources.catalog.deployment(account, owner, name)
-    if deployment is None:  # or one the account may not see: the same answer
-        raise NotFound(f"Deployment {owner}/{name} does not exist")
-    return FastJSONResponse(
-        render_deployment(deployment, await hardware.served_on(resources.redis))
-    )
+    deployment = await visible_deployment(resources, account, owner, name)
+    [rendered] = await rendered_deployments(resources, [deployment])
+    return FastJSONResponse(rendered)

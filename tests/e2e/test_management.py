@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -44,6 +45,31 @@ def cpu(redis_url: str) -> Iterator[str]:
 
 def _problem(error: pytest.ExceptionInfo[ReplicateError]) -> tuple[int | None, str]:
     return error.value.status, str(error.value.detail)
+
+
+def _deployed(
+    official: replicate.Client,
+    admin: Admin,
+    stack: Stack,
+    model: str,
+    deployment: str,
+    hardware: str,
+    max_instances: int,
+) -> tuple[str, Any]:
+    """A private model made with the client, its version registered from the stack's runner
+    (the operator's act), and a deployment of it from 0 to ``max_instances``."""
+    owner, _, name = model.partition("/")
+    official.models.create(owner=owner, name=name, visibility="private", hardware=hardware)
+    version = admin.create_model(model, stack.runner_url)
+    made = official.deployments.create(
+        name=deployment,
+        model=model,
+        version=version,
+        hardware=hardware,
+        min_instances=0,
+        max_instances=max_instances,
+    )
+    return version, made
 
 
 def test_models_are_created_changed_and_deleted(
@@ -110,16 +136,7 @@ def test_deployments_are_created_released_and_deleted(
     official: replicate.Client, owner: tuple[str, str], stack: Stack, cpu: str, admin: Admin
 ) -> None:
     name = owner[0]
-    official.models.create(owner=name, name="echo", visibility="private", hardware=cpu)
-    version = admin.create_model(f"{name}/echo", stack.runner_url)
-    deployment = official.deployments.create(
-        name="echo-prod",
-        model=f"{name}/echo",
-        version=version,
-        hardware=cpu,
-        min_instances=0,
-        max_instances=3,
-    )
+    version, deployment = _deployed(official, admin, stack, f"{name}/echo", "echo-prod", cpu, 3)
     assert deployment.owner == name and deployment.name == "echo-prod"
     release = deployment.current_release
     assert release is not None and release.number == 1 and release.version == version
@@ -222,16 +239,7 @@ def test_the_scaler_follows_the_releases(
     """``conduit admin scaler`` prints the ScaledObject whose bounds the API set, and it fits
     KEDA's schema."""
     name = owner[0]
-    official.models.create(owner=name, name="scaled", visibility="private", hardware=cpu)
-    version = admin.create_model(f"{name}/scaled", stack.runner_url)
-    official.deployments.create(
-        name="scaled",
-        model=f"{name}/scaled",
-        version=version,
-        hardware=cpu,
-        min_instances=0,
-        max_instances=2,
-    )
+    version, _ = _deployed(official, admin, stack, f"{name}/scaled", "scaled", cpu, 2)
     official.deployments.update(name, "scaled", max_instances=7)
     printed = run_admin_cli(
         database_url, redis_url, "scaler", f"{name}/scaled", "--concurrency", "3"

@@ -30,6 +30,7 @@ from gateway.settings import GatewaySettings
 from gateway.task import Task
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher
+from tests.fixtures.waiting import let_pass
 from tests.gateway.test_oip import tensor as oip_tensor
 from tracker import keys
 from tracker.catalog import AccountInfo
@@ -376,7 +377,7 @@ async def test_two_gateways_share_one_total(launcher: Launcher, admin: Admin, re
         assert all(int(t["retry-after"]) >= 1 for _, t in refused)
         assert all(0 < w <= 1100 for w in waits)  # a one-second window, 0.1 s buckets
         # The retry-after is honest: once the longest one told has passed, a task is admitted.
-        await asyncio.sleep(max(waits) / 1000)
+        await let_pass(max(waits) / 1000)
         assert (await attempt(0))[0] == grpc.StatusCode.NOT_FOUND
     finally:
         for channel in channels:

@@ -22,6 +22,7 @@ PURPOSE = "file"
 #: A file id: ``f`` and 25 lowercase base32 characters.
 FILE_ID = re.compile(r"f[a-z2-7]{25}")
 _REFERENCE_PATH = re.compile(r"/v1/files/(f[a-z2-7]{25})")
+_DELIVERY_PATH = re.compile(r"/v1/files/(f[a-z2-7]{25})/[^/]+/[^/]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +72,17 @@ def file_reference(value: str) -> str | None:
     except ValueError:
         return None
     match = _REFERENCE_PATH.fullmatch(path)
+    return match.group(1) if match else None
+
+
+def delivery_file_id(url: str) -> str | None:
+    """The file id of a delivery URL (a path ``/v1/files/{id}/{token}/{name}``, any host),
+    else None."""
+    try:
+        path = urlsplit(url).path
+    except ValueError:
+        return None
+    match = _DELIVERY_PATH.fullmatch(path)
     return match.group(1) if match else None
 
 

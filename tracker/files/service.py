@@ -139,10 +139,7 @@ class Files:
             {},
             None,
         )
-        url = self.links.delivery_url(record, None)
-        if url is None:
-            raise StoreError("no signing key to make the output file's URL with")
-        return url
+        return self._lasting_url(record)
 
     async def save_weights(
         self,
