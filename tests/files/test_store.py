@@ -170,8 +170,10 @@ async def test_memory_stays_bounded_whatever_the_size(file_store: FileStore) -> 
 
     assert stored.size == size
     growth = peak[0] - before
-    # The whole file held at once would be 50 MiB; a streaming put holds about one part.
-    assert growth < 3 * PART_BYTES, f"RSS grew by {growth / MIB:.1f} MiB"
+    # The whole file held at once would be 50 MiB; a streaming put holds about one part (the
+    # one being sent, filled in place and never copied: about 9 MiB here, where a copy of each
+    # part took it to 20-27 MiB).
+    assert growth < 2 * PART_BYTES, f"RSS grew by {growth / MIB:.1f} MiB"
 
 
 # --- S3 without a server -----------------------------------------------------------------

@@ -14,9 +14,10 @@ works; bounded retries and short connect timeouts, so a dead endpoint fails in s
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 import aiohttp
 from aiobotocore.config import AioConfig
@@ -48,6 +49,48 @@ T = TypeVar("T")
 #: What a failing request or stream raises below botocore's own exceptions.
 _TRANSPORT_ERRORS = (BotoCoreError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
 _MISSING = {"NoSuchKey", "404", "NotFound"}
+
+
+class _PartBody(io.RawIOBase):
+    """A read-only, seekable file over a part's buffer, without copying it.
+
+    botocore wraps a ``bytes`` body in ``BytesIO`` (sharing it) but sends a ``bytearray`` as
+    it is, which aiohttp refuses for large bodies; ``BytesIO(bytearray)`` would copy the part.
+    Reads (the signature's digest, then the request itself) copy only the small chunks asked for.
+    """
+
+    def __init__(self, data: bytearray) -> None:
+        super().__init__()
+        self._view = memoryview(data)
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        taken = self._view[self._position : self._position + len(buffer)]
+        buffer[: len(taken)] = taken
+        self._position += len(taken)
+        return len(taken)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: len(self._view)}
+        self._position = max(0, base[whence] + offset)
+        return self._position
+
+    def tell(self) -> int:
+        return self._position
+
+    def close(self) -> None:
+        self._view.release()
+        super().close()
+
+
+def _blob(body: bytearray) -> IO[bytes]:
+    return cast(IO[bytes], _PartBody(body))
 
 
 def _code(error: ClientError) -> tuple[str, int]:
@@ -168,26 +211,32 @@ class S3Store:
         client = await self.client()
         digests = Digests()
         upload: _Multipart | None = None
-        pending = bytearray()
+        # One part's buffer, filled in place and handed to the client as it is (no copy); the
+        # next part gets a new buffer, so at most the part being sent plus one being filled
+        # are held.
+        part = bytearray()
         try:
             async for chunk in chunks:
                 if digests.size + len(chunk) > max_bytes:
                     raise TooLarge(max_bytes)
                 digests.update(chunk)
-                pending += chunk
-                while len(pending) >= self.part_bytes:
-                    if upload is None:
-                        upload = await _Multipart.start(client, self.bucket, name, content_type)
-                    with memoryview(pending) as view:
-                        part = bytes(view[: self.part_bytes])
-                    del pending[: self.part_bytes]
-                    await upload.send(part)
-                    del part
+                with memoryview(chunk) as rest:
+                    while rest:
+                        room = self.part_bytes - len(part)
+                        part += rest[:room]
+                        rest = rest[room:]
+                        if len(part) == self.part_bytes:
+                            if upload is None:
+                                upload = await _Multipart.start(
+                                    client, self.bucket, name, content_type
+                                )
+                            await upload.send(part)
+                            part = bytearray()
             if upload is None:
-                etag = await self._put_whole(client, name, bytes(pending), content_type)
+                etag = await self._put_whole(client, name, part, content_type)
             else:
-                if pending:
-                    await upload.send(bytes(pending))
+                if part:
+                    await upload.send(part)
                 etag = await upload.complete()
         except BaseException:
             if upload is not None:
@@ -201,10 +250,12 @@ class S3Store:
             etag=etag.strip('"') or digests.md5,
         )
 
-    async def _put_whole(self, client: S3Client, name: str, body: bytes, content_type: str) -> str:
+    async def _put_whole(
+        self, client: S3Client, name: str, body: bytearray, content_type: str
+    ) -> str:
         async with _unavailable(f"storing {name}"):
             answer = await client.put_object(
-                Bucket=self.bucket, Key=name, Body=body, ContentType=content_type
+                Bucket=self.bucket, Key=name, Body=_blob(body), ContentType=content_type
             )
         return answer.get("ETag", "")
 
@@ -261,7 +312,7 @@ class _Multipart:
             )
         return cls(client, bucket, name, answer["UploadId"])
 
-    async def send(self, body: bytes) -> None:
+    async def send(self, body: bytearray) -> None:
         number = len(self._parts) + 1
         async with _unavailable(f"storing part {number} of {self._name}"):
             answer = await self._client.upload_part(
@@ -269,7 +320,7 @@ class _Multipart:
                 Key=self._name,
                 UploadId=self._upload_id,
                 PartNumber=number,
-                Body=body,
+                Body=_blob(body),
             )
         self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
 
