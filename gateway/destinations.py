@@ -17,6 +17,7 @@ from core.transient import TRANSIENT
 from gateway.errors import NotFound, Unavailable
 from gateway.peers import RemoteBlock, RemoteBlocks
 from gateway.session_routes import SessionRoutes
+from gateway.task import block_id_of, session_id_of
 from tracker import blocks
 from tracker.block_versions import served_now, version_of
 from tracker.blocks import BlockInfo
@@ -68,12 +69,15 @@ class Destinations:
         self._blocks: TTLCache[tuple[int, str, str], BlockInfo | None] = TTLCache(ttl)
 
     async def find(
-        self, account: AccountInfo, block_id: str, session_id: str = ""
+        self, account: AccountInfo, block_id: str, session_id: str = "", field: str = "block_id"
     ) -> Destination | None:
         """The block's destination, or None when the account may not use it (or it does not
         exist, or what it names is gone). Within a session, a block this process has not
         cached is taken from what the session resolved before (on any replica), else resolved
-        and kept for the session."""
+        and kept for the session. An id not of a block's shape is ``INVALID_ARGUMENT`` naming
+        ``field``, before it is looked up or cached."""
+        block_id_of(block_id, field)
+        session_id_of(session_id)
         # Per session: what a session kept is its own, never another session's view.
         block = await self._blocks.get(
             (account.id, block_id, session_id),
@@ -110,17 +114,17 @@ class Destinations:
         self, account: AccountInfo, block_id: str, field: str = "block_id", session_id: str = ""
     ) -> Destination:
         """:meth:`find`, or ``NOT_FOUND`` naming ``field``."""
-        destination = await self.find(account, block_id, session_id)
+        destination = await self.find(account, block_id, session_id, field)
         if destination is None:
             raise unknown_block(block_id, field)
         return destination
 
     async def route(
-        self, account: AccountInfo, block_id: str, session_id: str = ""
+        self, account: AccountInfo, block_id: str, session_id: str = "", field: str = "block_id"
     ) -> Destination | RemoteBlock | None:
         """Where the block runs: here (:meth:`find`), else on the other cluster that publishes
         it (only public blocks are published), else None."""
-        found = await self.find(account, block_id, session_id)
+        found = await self.find(account, block_id, session_id, field)
         if found is not None or self.remote is None:
             return found
         return await self.remote.find(block_id)
@@ -129,7 +133,7 @@ class Destinations:
         self, account: AccountInfo, block_id: str, field: str = "block_id", session_id: str = ""
     ) -> Destination | RemoteBlock:
         """:meth:`route`, or ``NOT_FOUND`` naming ``field``."""
-        found = await self.route(account, block_id, session_id)
+        found = await self.route(account, block_id, session_id, field)
         if found is None:
             raise unknown_block(block_id, field)
         return found

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gateway.oip_tensors import OUTPUT
+from gateway.task import target_of
 from tracker import named_graphs
 from tracker.block_versions import find_block_version
 from tracker.catalog import AccountInfo, VersionInfo
@@ -73,6 +74,7 @@ class BlockDirectory:
         self._cache: TTLCache[tuple[int, str], ModelDescription | None] = TTLCache(ttl)
 
     async def model(self, account: AccountInfo, name: str) -> ModelDescription | None:
+        target_of(name, "name")  # before it keys the cache
         return await self._cache.get((account.id, name), lambda: self._read(account, name))
 
     async def _read(self, account: AccountInfo, name: str) -> ModelDescription | None:

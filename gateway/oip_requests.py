@@ -16,7 +16,7 @@ from gateway.errors import InvalidArgument
 from gateway.executor import OutputFile
 from gateway.oip_tensors import Tensor, decode_inputs, encode_outputs, output_tensors, parameter
 from gateway.proto.grpc_service_pb2 import ModelInferRequest, ModelInferResponse
-from gateway.task import Task
+from gateway.task import Task, session_id_of, target_of
 
 Context = grpc.aio.ServicerContext[Any, Any]
 #: A ``time_remaining`` past this is a call without a deadline.
@@ -60,8 +60,8 @@ def task_of(request: ModelInferRequest, session_id: str = "", seq_no: int = 0) -
     if not request.model_name:
         raise InvalidArgument("required: the block id of the model", "model_name")
     return Task(
-        block_id=request.model_name,
-        session_id=session_id,
+        block_id=target_of(request.model_name, "model_name"),
+        session_id=session_id_of(session_id, "parameters.sequence_id"),
         seq_no=seq_no,
         frame_ptr=b"",
         data=decode_inputs(request),

@@ -41,7 +41,7 @@ from gateway.request_log import RequestLogWriter
 from gateway.resources import GatewayResources, open_resources
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
-from gateway.task import parse_packet
+from gateway.task import FileLimits, parse_packet
 from tracker.catalog import account_for_token
 from tracker.db import make_engine
 
@@ -74,6 +74,7 @@ class InferenceService:
         #: Where each call is logged; None: not logged.
         self.request_log = request_log
         self.metrics = metrics
+        self.files = FileLimits(settings.task_max_files, settings.task_max_file_bytes)
 
     async def infer(self, packet: BlockInferencePacket, context: Context) -> AIOSPacket:
         call = LoggedCall(new_request_id(), time.time(), time.monotonic())
@@ -120,7 +121,7 @@ class InferenceService:
     ) -> AIOSPacket:
         account = await self.auth.account(context.invocation_metadata())
         call.account_id = account.id
-        task = parse_packet(packet)
+        task = parse_packet(packet, self.files)
         if self.quota is not None:
             await self.quota.check(account.id, task.session_id, task.block_id)
         remaining = context.time_remaining()

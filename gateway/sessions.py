@@ -29,11 +29,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.errors import FailedPrecondition, InvalidArgument
+from gateway.errors import FailedPrecondition
+from gateway.task import session_id_of
 from tracker.keys import SessionKeys, session_keys
 
-#: Longest ``session_id`` taken.
-MAX_SESSION_ID = 256
 POLL_FIRST = 0.005
 POLL_MAX = 0.1
 #: What is kept instead of an answer larger than ``max_answer_bytes``: the pair still ran
@@ -100,8 +99,7 @@ class Sessions:
         """The answer of ``(session_id, seq_no)``: the stored one, or ``run()``'s (stored)."""
         if not session_id:
             return await run()
-        if len(session_id) > MAX_SESSION_ID:
-            raise InvalidArgument(f"longer than {MAX_SESSION_ID} characters", "session_id")
+        session_id_of(session_id)
         keys = session_keys(account_id, session_id)
         token = secrets.token_hex(8)
         pause = POLL_FIRST

@@ -38,6 +38,10 @@ class GatewaySettings(BaseSettings):
             ("grpc.max_send_message_length", limit),
         ]
 
+    #: Files one task (``files``) may carry, and their bytes in all: past either, the task is
+    #: refused (``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``) before any is stored.
+    task_max_files: int = Field(64, ge=0)
+    task_max_file_bytes: int = Field(64 * MIB, ge=0)
     #: Seconds a task may take when its call carries no deadline of its own.
     default_deadline: float = Field(600.0, gt=0)
     #: Seconds a session (``session_id``) is remembered after its last task.

@@ -1,5 +1,12 @@
 """A ``BlockInferencePacket`` as the gateway works with it: a plain :class:`Task`, its JSON
-fields parsed, each refusal naming the field at fault."""
+fields parsed, each refusal naming the field at fault.
+
+What a caller names is checked for its shape before anything is looked up, counted or cached
+by it: a block id is a block id (or a named graph's id where a task may name one), a session id
+at most :data:`MAX_SESSION_ID` characters; a refusal quotes at most a short prefix of what was
+sent. A task carries at most ``max_files`` files of ``max_file_bytes`` in all
+(:class:`FileLimits`), refused before any is stored.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from gateway.errors import InvalidArgument
+from gateway.errors import InvalidArgument, ResourceExhausted
 from gateway.proto.inference_pb2 import BlockInferencePacket
+from tracker.blocks import BLOCK_ID
+from tracker.named_graphs import GRAPH_ID
+
+#: Longest ``session_id`` taken.
+MAX_SESSION_ID = 256
+#: Characters of a refused value quoted in the refusal.
+QUOTED = 32
 
 
 class InputFile(NamedTuple):
@@ -35,6 +49,64 @@ class Task:
     output_ptr: Any = None
 
 
+@dataclass(frozen=True, slots=True)
+class FileLimits:
+    """Files one task may carry: how many, and their bytes in all."""
+
+    max_files: int
+    max_file_bytes: int
+
+
+def quoted(value: str) -> str:
+    """``value`` as a refusal quotes it: its first :data:`QUOTED` characters."""
+    if len(value) <= QUOTED:
+        return repr(value)
+    return f"{value[:QUOTED]!r}... ({len(value)} characters)"
+
+
+def block_id_of(value: str, field: str = "block_id") -> str:
+    """``value``, a block id by its shape; else ``INVALID_ARGUMENT`` naming ``field``."""
+    if BLOCK_ID.fullmatch(value) is None:
+        raise InvalidArgument(
+            f"not a block id (blk- and 4 to 12 lowercase letters or digits): {quoted(value)}",
+            field,
+        )
+    return value
+
+
+def target_of(value: str, field: str = "block_id") -> str:
+    """``value``, a block id or a named graph's id (``gph-`` and 8 lowercase letters or
+    digits) by its shape; else ``INVALID_ARGUMENT`` naming ``field``."""
+    if GRAPH_ID.fullmatch(value) is None and BLOCK_ID.fullmatch(value) is None:
+        raise InvalidArgument(
+            "not a block id (blk- and 4 to 12 lowercase letters or digits) nor a graph id "
+            f"(gph- and 8): {quoted(value)}",
+            field,
+        )
+    return value
+
+
+def session_id_of(value: str, field: str = "session_id") -> str:
+    """``value``, no longer than :data:`MAX_SESSION_ID`; else ``INVALID_ARGUMENT``."""
+    if len(value) > MAX_SESSION_ID:
+        raise InvalidArgument(f"longer than {MAX_SESSION_ID} characters", field)
+    return value
+
+
+def check_files(packet: BlockInferencePacket, limits: FileLimits) -> None:
+    """The packet's files within ``limits``: too many is ``INVALID_ARGUMENT``, too many bytes
+    ``RESOURCE_EXHAUSTED`` (each naming ``files``)."""
+    if len(packet.files) > limits.max_files:
+        raise InvalidArgument(
+            f"{len(packet.files)} files; a task carries at most {limits.max_files}", "files"
+        )
+    size = sum(len(f.file_data) for f in packet.files)
+    if size > limits.max_file_bytes:
+        raise ResourceExhausted(
+            f"{size} bytes of files; a task carries at most {limits.max_file_bytes}", "files"
+        )
+
+
 def parse_object(text: str, name: str) -> dict[str, Any]:
     """``text`` as a JSON object; the empty string is ``{}``."""
     if not text.strip():
@@ -52,12 +124,14 @@ def _parse(text: str, name: str) -> Any:
         raise InvalidArgument(f"not valid JSON ({error})", name) from None
 
 
-def parse_packet(packet: BlockInferencePacket) -> Task:
-    """The packet's task, or :class:`InvalidArgument` naming the first field at fault."""
+def parse_packet(packet: BlockInferencePacket, files: FileLimits) -> Task:
+    """The packet's task, or :class:`InvalidArgument` naming the first field at fault (its
+    files over ``files``: ``INVALID_ARGUMENT`` or ``RESOURCE_EXHAUSTED``)."""
+    check_files(packet, files)
     query = packet.query_parameters
     return Task(
-        block_id=packet.block_id,
-        session_id=packet.session_id,
+        block_id=target_of(packet.block_id) if packet.block_id else "",
+        session_id=session_id_of(packet.session_id),
         seq_no=packet.seq_no,
         frame_ptr=packet.frame_ptr,
         data=parse_object(packet.data, "data"),

@@ -145,6 +145,40 @@ async def test_files_reach_the_model_as_files(
     assert all("/v1/files/" in url for url in made["input"]["files"])  # stored, by reference
 
 
+async def files_of(live: Live, token: str) -> list[dict[str, Any]]:
+    """The account's uploads (one page is enough: the tests store a few)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=live.api_url, headers=headers) as client:
+        answer = await client.get("/v1/files")
+        answer.raise_for_status()
+        results: list[dict[str, Any]] = answer.json()["results"]
+        return results
+
+
+async def test_a_task_past_its_files_cap_stores_no_file(
+    stub: BlockInferenceServiceStub, live: Live, token: str
+) -> None:
+    """``CONDUIT_GATEWAY_TASK_MAX_FILES`` (64) files at most: the 65th refuses the task before
+    any file is stored or any prediction made."""
+    empty = [FileInfo(metadata="{}") for _ in range(65)]
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.infer(task(live.block, {"task": "detect"}, files=empty), metadata=auth(token))
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == "files: 65 files; a task carries at most 64"
+    assert await files_of(live, token) == []
+    assert await predictions(live, token) == []
+
+
+async def test_a_block_id_not_of_its_shape_is_refused_quoting_a_prefix(
+    stub: BlockInferenceServiceStub, live: Live, token: str
+) -> None:
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await stub.infer(task("blk-" + "x" * MIB), metadata=auth(token))
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    details = refused.value.details()
+    assert details.startswith("block_id: not a block id") and len(details) < 300
+
+
 async def test_the_deadline_ends_the_call_and_cancels_the_prediction(
     stub: BlockInferenceServiceStub, live: Live, token: str
 ) -> None:

@@ -164,3 +164,22 @@ def test_policies_by_uri() -> None:
     assert policies.get("sticky:v2") is policies.get("sticky:v2")  # made once
     with pytest.raises(UnknownPolicy, match="policies.none"):
         policies.get("policies.none:v1")
+
+
+def test_policies_made_per_name_not_per_uri() -> None:
+    policies = Policies()
+    made = {id(policies.get(f"random:{n}")) for n in range(1000)}
+    assert len(made) == 1  # one policy, whatever versions the requests name
+    assert len(policies._made) == 1
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["random:" + "x" * 1_000_000, "random:a b", "Random", "a" * 65, ":v1", "random:v1:v2"],
+)
+def test_policy_uris_not_of_their_shape_are_refused_before_any_lookup(uri: str) -> None:
+    policies = Policies()
+    with pytest.raises(UnknownPolicy, match="not a policy URI") as refused:
+        policies.get(uri)
+    assert len(str(refused.value)) < 200  # a short prefix quoted, never the whole URI
+    assert policies._made == {}
