@@ -53,7 +53,7 @@ from director.queue import Queue
 from director.queue import connect as connect_redis
 from lane.service import Lane
 from lane.settings import LaneSettings
-from tracker import catalog
+from tracker import catalog, keys
 from tracker.capabilities import StreamUrlSettings
 from tracker.catalog_cache import Catalog
 from tracker.db import make_engine
@@ -184,6 +184,13 @@ async def _open(
         lane=lane,
         create_limit=CreateRateLimit.configured(
             redis, settings.create_rate_limit, settings.create_rate_burst
+        ),
+        upload_limit=CreateRateLimit.configured(
+            redis,
+            file_settings.upload_rate_limit,
+            file_settings.upload_rate_burst,
+            keys.upload_rate_key,
+            "files uploaded",
         ),
         files=Files(engine, file_store, file_links, file_settings),
         log_engine=log_engine,

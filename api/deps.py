@@ -54,6 +54,8 @@ class Resources:
     lane: Lane | None = None
     #: Each account's rate of creates, shared by the replicas (None: not limited).
     create_limit: CreateRateLimit | None = None
+    #: Each account's rate of uploads (``POST /v1/files``).
+    upload_limit: CreateRateLimit | None = None
     #: Uploads, file outputs' delivery, and file references in inputs (``tracker.files``).
     files: Files | None = None
     #: The gateway's request log's database, when not this one.

@@ -4,6 +4,9 @@ python-multipart's push parser is fed the body as it arrives; what its callbacks
 out as events, in order: a :class:`Part` when a part's headers are read, ``bytes`` of its data
 (as many pieces as the body arrives in), and ``None`` when the part ends. The caller pulls the
 events, so a part's bytes go wherever it sends them (a file store) at the pace they arrive.
+
+Nothing after the closing boundary is read: an epilogue, however long, is left unread (the
+caller answers and closes the connection, see :attr:`FormStream.received`).
 """
 
 from __future__ import annotations
@@ -56,6 +59,8 @@ class FormStream:
         self._value = bytearray()
         self._header_bytes = 0
         self._ended = False
+        #: Bytes of the body read so far; once the closing boundary is read, no more are.
+        self.received = 0
         self._parser = MultipartParser(
             boundary,
             {
@@ -72,12 +77,15 @@ class FormStream:
 
     async def events(self) -> AsyncIterator[Event]:
         async for chunk in self._body:
+            self.received += len(chunk)
             try:
                 self._parser.write(chunk)
             except MultipartParseError as error:
                 raise _malformed(str(error)) from None
             while self._pending:
                 yield self._pending.popleft()
+            if self._ended:
+                return
         try:
             self._parser.finalize()
         except MultipartParseError as error:

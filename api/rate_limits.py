@@ -1,12 +1,14 @@
-"""Each account's rate of creates (every create route and ``/run``), shared by every api
-replica: a generic cell rate algorithm (GCRA) kept in Redis.
+"""Each account's rate of creates (every create route and ``/run``) and of uploads
+(``POST /v1/files``), shared by every api replica: a generic cell rate algorithm (GCRA) kept in
+Redis.
 
-One Lua script per create reads and moves the account's *theoretical arrival time* (when its
-next request would be on schedule at the configured rate) in one key of its own
-(``tracker.keys.create_rate_key``, hashed on the account alone, so a Redis Cluster spreads the
-accounts and the script names one slot). A request may run up to ``burst - 1`` intervals ahead
-of that schedule; past it, it is refused with 429 ``rate_limited`` and ``Retry-After`` (the
-seconds until it would fit), and a refused request costs the account nothing. The script reads
+One Lua script per create (or upload) reads and moves the account's *theoretical arrival time*
+(when its next request would be on schedule at the configured rate) in one key of its own
+(``tracker.keys.create_rate_key``, ``upload_rate_key``; hashed on the account alone, so a Redis
+Cluster spreads the accounts and the script names one slot). A request may run up to
+``burst - 1`` intervals ahead of that schedule; past it, it is refused with 429
+``rate_limited`` and ``Retry-After`` (the seconds until it would fit), and a refused request
+costs the account nothing. The script reads
 Redis's own clock (``TIME``), the one clock every replica shares, so the replicas' clocks never
 need to agree. The key expires once the account is back on schedule: idle accounts hold nothing.
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -76,41 +79,55 @@ class Rate:
 
 
 class CreateRateLimit:
-    """The per-account limit on creates, in the process's Redis (shared by the replicas)."""
+    """A per-account limit, in the process's Redis (shared by the replicas): on creates by
+    default; ``key`` and ``what`` make it another action's (uploads)."""
 
-    def __init__(self, redis: Redis, rate: Rate) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        rate: Rate,
+        key: Callable[[int], str] = keys.create_rate_key,
+        what: str = "predictions created",
+    ) -> None:
         self.rate = rate
+        self.key = key
+        self.what = what
         self._script = redis.register_script(_GCRA)
         self._failing = False
 
     @classmethod
     def configured(
-        cls, redis: Redis, spec: str | None, burst: int | None
+        cls,
+        redis: Redis,
+        spec: str | None,
+        burst: int | None,
+        key: Callable[[int], str] = keys.create_rate_key,
+        what: str = "predictions created",
     ) -> CreateRateLimit | None:
         """The limit the settings ask for (``burst`` unset: the limit's count), or None."""
         limit = parse_limit(spec)
         if limit is None:
             return None
-        return cls(redis, Rate(limit, burst or limit.requests))
+        return cls(redis, Rate(limit, burst or limit.requests), key, what)
 
     async def check(self, account_id: int) -> None:
-        """Count one create of ``account_id``; :class:`RateLimited` when it is over its rate."""
+        """Count one action of ``account_id``; :class:`RateLimited` when it is over its rate."""
         rate = self.rate
         try:
             admitted, early_us = await self._script(
-                keys=[keys.create_rate_key(account_id)], args=[rate.interval_us, rate.tolerance_us]
+                keys=[self.key(account_id)], args=[rate.interval_us, rate.tolerance_us]
             )
         except (RedisError, OSError) as error:
             if not self._failing:
-                log.warning("create rate limit not applied (Redis unavailable): %r", error)
+                log.warning("rate limit not applied (Redis unavailable): %r", error)
             self._failing = True
             return
         if self._failing:
-            log.info("create rate limit applied again")
+            log.info("rate limit applied again")
             self._failing = False
         if not admitted:
             raise RateLimited(
-                f"Too many predictions created: at most {rate.limit.requests} per "
+                f"Too many {self.what}: at most {rate.limit.requests} per "
                 f"{rate.limit.window:g} s for this account; retry after Retry-After.",
                 retry_after=max(1, math.ceil(int(early_us) / 1_000_000)),
             )

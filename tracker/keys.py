@@ -29,6 +29,7 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
                                       by last heartbeat (ms; ``lane.membership``)
 ``ratelimit:{acct-<id>}:create``      an account's rate of creates: when its next one is due
                                       (µs; ``api.rate_limits``)
+``ratelimit:{acct-<id>}:upload``      the same for an account's uploads
 ``gw:{gs-<acct>-<h>}:answers``        a gateway session's stored answers by ``seq_no`` (hash;
                                       ``<h>`` digests the session id; ``gateway.sessions``)
 ``gw:{gs-<acct>-<h>}:claim:<seq>``    the task ``seq_no`` of that session is running (token)
@@ -291,6 +292,11 @@ LANE_MEMBERS = f"lane:{{{LANE_TAG}}}:members"
 def create_rate_key(account_id: int) -> str:
     """The account's theoretical arrival time for creates (GCRA), shared by every replica."""
     return f"ratelimit:{{acct-{account_id}}}:create"
+
+
+def upload_rate_key(account_id: int) -> str:
+    """The account's theoretical arrival time for uploads (GCRA), shared by every replica."""
+    return f"ratelimit:{{acct-{account_id}}}:upload"
 
 
 @dataclass(frozen=True, slots=True)

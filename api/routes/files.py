@@ -5,7 +5,10 @@ An upload is read as a stream (``api.form_stream``) and goes into the file store
 chunk: the body is never held whole, on disk or in memory, by the api. Two shapes are taken,
 those of the official clients: a file part ``content``, and an optional ``metadata`` part with
 a JSON object, as a text field (Python) or as a file part of type ``application/json`` (JS).
-The api's body limit does not apply here; ``CONDUIT_FILES_MAX_BYTES`` does (413 ``content``).
+The api's body limit does not apply here; ``CONDUIT_FILES_MAX_BYTES`` does (413 ``content``),
+and each account's quotas (``tracker.files.quota``: 403 or 413 ``file_quota``) and rate of
+uploads (429). A refused body is not read to its end, nor is anything after the closing
+boundary: such an answer closes the connection.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from api.form_stream import Event, FormStream, Part, boundary_of
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
 from tracker.files.links import FileLinks, render_file
-from tracker.files.service import Files, LinkExpired, NoSuchFile
+from tracker.files.quota import QuotaExceeded
+from tracker.files.records import FileRecord
+from tracker.files.service import Files, LinkExpired, NoSuchFile, content_type_problem
 from tracker.files.store import StoreUnavailable, TooLarge
 from tracker.keyset import PageKey
 
@@ -167,10 +172,24 @@ def _declared_length(request: Request) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+def _quota_problem(error: QuotaExceeded) -> Problem:
+    """403 for the count of files, 413 for their bytes: ``file_quota``, naming the quota."""
+    kind: type[Problem] = Forbidden if error.quota == "files" else PayloadTooLarge
+    problem = _field_error("content", str(error), kind)
+    problem.code = "file_quota"
+    return problem
+
+
+def _unread_left(request: Request, stream: FormStream) -> bool:
+    """Whether the body may go on past what was read (a closing boundary came early)."""
+    declared = _declared_length(request)
+    return declared is None or stream.received < declared
+
+
 @router.post(
     "/files",
     status_code=201,
-    responses=problems(400, 401, 413, 422, 503),
+    responses=problems(400, 401, 403, 413, 422, 429, 503),
     openapi_extra=operation(),
 )
 async def create_file(
@@ -181,25 +200,49 @@ async def create_file(
     max_bytes = files.settings.max_bytes
     boundary = boundary_of(request.headers.get("content-type"))
     declared = _declared_length(request)
-    if declared is not None and declared > max_bytes + FORM_SLACK:
-        raise _too_large(max_bytes)
-    upload = Upload(FormStream(request.stream(), boundary).events(), FORM_SLACK)
     try:
-        part = await upload.content_part()
-        name = part.filename or "file"
-        content_type = part.content_type or mimetypes.guess_type(name)[0] or ""
-        record = await files.save_upload(
-            account.id, name, content_type, upload.chunks(), upload.metadata
-        )
+        if declared is not None and declared > max_bytes + FORM_SLACK:
+            raise _too_large(max_bytes)
+        if resources.upload_limit is not None:
+            await resources.upload_limit.check(account.id)
+        stream = FormStream(request.stream(), boundary)
+        upload = Upload(stream.events(), FORM_SLACK)
+        record = await _save(files, account.id, upload)
+    except Problem as problem:
+        # The rest of a refused body is not read: the connection goes with the answer.
+        problem.headers["Connection"] = "close"
+        raise
     except ClientDisconnect:
         return FastJSONResponse({}, status_code=499)  # nobody reads it; nothing was kept
+    body = render_file(record, _links(resources, request))
+    headers = {"Location": body["urls"]["get"]}
+    if _unread_left(request, stream):
+        headers["Connection"] = "close"  # what follows the closing boundary stays unread
+    return FastJSONResponse(body, status_code=201, headers=headers)
+
+
+async def _save(files: Files, account_id: int, upload: Upload) -> FileRecord:
+    part = await upload.content_part()
+    name = part.filename or "file"
+    given = part.content_type
+    if given is not None and (problem := content_type_problem(given)) is not None:
+        raise _field_error("content_type", problem)
+    content_type = given or mimetypes.guess_type(name)[0] or ""
+    try:
+        return await files.save_upload(
+            account_id=account_id,
+            name=name,
+            content_type=content_type,
+            chunks=upload.chunks(),
+            metadata=upload.metadata,
+        )
+    except QuotaExceeded as error:
+        raise _quota_problem(error) from None
     except TooLarge:
         await upload.drain()
-        raise _too_large(max_bytes) from None
+        raise _too_large(files.settings.max_bytes) from None
     except StoreUnavailable as error:
         raise _store_down(error) from None
-    body = render_file(record, _links(resources, request))
-    return FastJSONResponse(body, status_code=201, headers={"Location": body["urls"]["get"]})
 
 
 @router.get("/files", responses=problems(400, 401, 503), openapi_extra=operation())

@@ -7,6 +7,7 @@ a client is scoped to the owning account.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,6 +15,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
+    Select,
     Table,
     and_,
     delete,
@@ -27,6 +29,7 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker.db import autocommit
+from tracker.files.quota import UploadQuota, Usage
 from tracker.keyset import PageKey, keyset_page
 from tracker.tables import File
 
@@ -79,8 +82,8 @@ def _live() -> ColumnElement[bool]:
     return and_(c.deleted_at.is_(None), or_(c.expires_at.is_(None), c.expires_at > func.now()))
 
 
-async def insert_record(engine: AsyncEngine, record: FileRecord) -> None:
-    values = {
+def _values(record: FileRecord) -> dict[str, Any]:
+    return {
         "id": record.id,
         "account_id": record.account_id,
         "kind": record.kind,
@@ -96,8 +99,41 @@ async def insert_record(engine: AsyncEngine, record: FileRecord) -> None:
         "created_at": record.created_at,
         "expires_at": record.expires_at,
     }
+
+
+async def insert_record(engine: AsyncEngine, record: FileRecord) -> None:
     async with autocommit(engine).connect() as conn:
-        await conn.execute(insert(files).values(values))
+        await conn.execute(insert(files).values(_values(record)))
+
+
+def _usage_query(account_id: int) -> Select[Any]:
+    c = files.c
+    return select(func.count(), func.coalesce(func.sum(c.size), 0)).where(
+        c.account_id == account_id, c.kind == "upload", _live()
+    )
+
+
+async def upload_usage(engine: AsyncEngine, account_id: int) -> Usage:
+    """The account's live uploads: how many, and their bytes (one query)."""
+    async with autocommit(engine).connect() as conn:
+        count, size = (await conn.execute(_usage_query(account_id))).one()
+    return Usage(int(count), int(size))
+
+
+def _quota_lock(account_id: int) -> int:
+    """The advisory lock serialising the account's upload inserts: a signed 64-bit hash."""
+    digest = hashlib.blake2b(f"files-quota:{account_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+async def insert_upload(engine: AsyncEngine, record: FileRecord, quota: UploadQuota) -> None:
+    """Insert an upload's row if the account's quotas leave room for it (QuotaExceeded else),
+    under the account's lock, so uploads written side by side are counted one after another."""
+    async with engine.begin() as conn:
+        await conn.execute(select(func.pg_advisory_xact_lock(_quota_lock(record.account_id))))
+        count, size = (await conn.execute(_usage_query(record.account_id))).one()
+        quota.admit(Usage(int(count), int(size)), record.size)
+        await conn.execute(insert(files).values(_values(record)))
 
 
 async def get_live(

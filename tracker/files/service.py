@@ -24,18 +24,21 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tracker.capabilities import Verdict
 from tracker.files import records
 from tracker.files.links import FILE_ID, FileLinks, file_reference
+from tracker.files.quota import QuotaExceeded, UploadQuota
 from tracker.files.records import FileRecord
 from tracker.files.settings import FileSettings
-from tracker.files.store import FileStore, ObjectMissing, OpenedObject, StoreError
+from tracker.files.store import FileStore, ObjectMissing, OpenedObject, StoreError, TooLarge
 from tracker.keyset import PageKey
 
-__all__ = ["FileRecord", "FileRefError", "Files", "LinkExpired", "NoSuchFile"]
+__all__ = ["FileRecord", "FileRefError", "Files", "LinkExpired", "NoSuchFile", "QuotaExceeded"]
 
 log = logging.getLogger(__name__)
 
 #: Longest name kept (characters); longer ones keep their end (the extension).
 MAX_NAME = 255
-_CONTENT_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+(\s*;[ -~]*)?", re.ASCII)
+#: ``type/subtype`` and parameters: printable ASCII, spaces and tabs only (it is sent back as a
+#: response header, where CR or LF cannot go).
+_CONTENT_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+([ \t]*;[ -~\t]*)?", re.ASCII)
 
 
 class NoSuchFile(Exception):
@@ -69,6 +72,15 @@ def clean_name(name: str) -> str:
     return name[-MAX_NAME:]
 
 
+def content_type_problem(value: str) -> str | None:
+    """Why a content type a client gave is refused, or None: a control character (CR, LF...)
+    cannot go into the header the file is served with. Anything else unusual is kept as
+    ``application/octet-stream`` (:func:`clean_content_type`)."""
+    if any((ch < " " and ch != "\t") or ch == "\x7f" for ch in value):
+        return "must not contain control characters (CR, LF, ...)"
+    return None
+
+
 def clean_content_type(value: str | None) -> str:
     value = (value or "").strip()
     if len(value) > 255 or not _CONTENT_TYPE.fullmatch(value):
@@ -100,20 +112,36 @@ class Files:
         metadata: dict[str, Any],
     ) -> FileRecord:
         """Store an upload (``POST /v1/files``); it expires after ``retention`` seconds.
-        Raises the store's ``TooLarge`` and ``StoreUnavailable``, nothing recorded."""
+        Raises the store's ``TooLarge`` (``QuotaExceeded`` past the account's quotas, checked
+        before a byte is read) and ``StoreUnavailable``, nothing recorded."""
+        quota = self.settings.quota
+        max_bytes = self.settings.max_bytes
+        usage = None
+        if quota.max_files or quota.max_bytes:
+            usage = await records.upload_usage(self.engine, account_id)
+            max_bytes = quota.room(usage, max_bytes)
         file_id = new_file_id()
-        return await self._save(
-            account_id,
-            "upload",
-            None,
-            f"uploads/{account_id}/{file_id}",
-            file_id,
-            name,
-            content_type,
-            chunks,
-            metadata,
-            self.settings.retention,
-        )
+        try:
+            return await self._save(
+                account_id,
+                "upload",
+                None,
+                f"uploads/{account_id}/{file_id}",
+                file_id,
+                name,
+                content_type,
+                chunks,
+                metadata,
+                self.settings.retention,
+                max_bytes,
+                quota if usage is not None else None,
+            )
+        except QuotaExceeded:
+            raise
+        except TooLarge:
+            if usage is None or max_bytes == self.settings.max_bytes:
+                raise
+            raise QuotaExceeded("bytes", quota.max_bytes, usage) from None
 
     async def save_output(
         self,
@@ -137,6 +165,8 @@ class Files:
             content_type,
             chunks,
             {},
+            None,
+            self.settings.max_bytes,
             None,
         )
         return self._lasting_url(record)
@@ -162,6 +192,8 @@ class Files:
             content_type,
             chunks,
             {"training": training_id},
+            None,
+            self.settings.max_bytes,
             None,
         )
         return self._lasting_url(record)
@@ -190,11 +222,11 @@ class Files:
         chunks: AsyncIterable[bytes],
         metadata: dict[str, Any],
         retention: float | None,
+        max_bytes: int,
+        quota: UploadQuota | None,
     ) -> FileRecord:
         content_type = clean_content_type(content_type)
-        stored = await self.store.put(
-            key, chunks, content_type=content_type, max_bytes=self.settings.max_bytes
-        )
+        stored = await self.store.put(key, chunks, content_type=content_type, max_bytes=max_bytes)
         now = datetime.now(UTC)
         record = FileRecord(
             id=file_id,
@@ -213,7 +245,10 @@ class Files:
             expires_at=now + timedelta(seconds=retention) if retention is not None else None,
         )
         try:
-            await records.insert_record(self.engine, record)
+            if quota is None:
+                await records.insert_record(self.engine, record)
+            else:
+                await records.insert_upload(self.engine, record, quota)
         except BaseException:
             await self._forget_bytes(stored.key)
             raise

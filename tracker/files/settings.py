@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from tracker.files.local import LocalStore
+from tracker.files.quota import UploadQuota
 from tracker.files.s3 import S3Store
 from tracker.files.store import FileStore
 
@@ -35,6 +36,17 @@ class FileSettings(BaseSettings):
     s3_prefix: str = ""
     #: Largest upload, and largest output file, in bytes.
     max_bytes: int = Field(100 * MIB, ge=1)
+    #: Live uploads one account may hold (0: no limit); past it, 403 ``file_quota``.
+    account_max_files: int = Field(1000, ge=0)
+    #: Bytes one account's live uploads may take together (0: no limit); past it, 413
+    #: ``file_quota`` and nothing kept.
+    account_max_bytes: int = Field(10 * 1024 * MIB, ge=0)
+    #: Uploads one account may make, shared by every api replica (counted in Redis):
+    #: ``60req/min``, ``1/s``…; ``off``: no limit. Past it, 429 ``rate_limited`` with
+    #: ``Retry-After``.
+    upload_rate_limit: str = "60req/min"
+    #: Uploads an account may make at once before the rate applies.
+    upload_rate_burst: int = Field(10, ge=1)
     #: Seconds an upload is kept (its ``expires_at``).
     retention: int = Field(86400, ge=1)
     #: Seconds after a prediction ends that its output files and data (input, output, logs)
@@ -51,6 +63,10 @@ class FileSettings(BaseSettings):
     #: The api's base URL as runners reach it, for the input files they fetch (inside a
     #: cluster it often differs from ``CONDUIT_PUBLIC_URL``, which clients use); unset = that.
     internal_url: str | None = None
+
+    @property
+    def quota(self) -> UploadQuota:
+        return UploadQuota(self.account_max_files, self.account_max_bytes)
 
     def store(self) -> FileStore:
         """The configured backend (``ValueError`` when ``s3`` lacks its bucket)."""
