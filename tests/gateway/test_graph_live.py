@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -155,9 +156,13 @@ async def test_a_director_killed_mid_graph_costs_a_retry_of_its_step(
     redis_url: str,
     token: str,
     engine: AsyncEngine,
+    tmp_path: Path,
 ) -> None:
     """SIGKILL the director while the middle step runs; a new director reclaims the step and
-    runs it again; every step ends once, and the graph answers as if nothing happened."""
+    runs it again; every step ends once, and the graph answers as if nothing happened. The
+    middle step is held running until the test has seen it (and killed the director), so a
+    slow machine cannot let it finish first."""
+    gate = tmp_path / "release-the-middle-step"
     name = f"gwk{uuid.uuid4().hex[:6]}/inspect"
     admin.create_model(name, live.runner_url)
     admin.create_deployment(name, name, shards=1, visibility="public", max_attempts=2)
@@ -168,7 +173,7 @@ async def test_a_director_killed_mid_graph_costs_a_retry_of_its_step(
     graph = {chain[0]: [chain[1]], chain[1]: [chain[2]], chain[2]: []}
     async with grpc.aio.insecure_channel(live.address) as channel:
         call = BlockInferenceServiceStub(channel).infer(
-            graph_task(graph, {"slow_depth": 1, "slow_seconds": 4}, head=chain[0]),
+            graph_task(graph, {"slow_depth": 1, "slow_until": str(gate)}, head=chain[0]),
             metadata=auth(token),
             timeout=120,
         )
@@ -180,12 +185,13 @@ async def test_a_director_killed_mid_graph_costs_a_retry_of_its_step(
         await until(middle_running, "the middle step running", timeout=60)
         first.kill()
         second = launcher.director(name, live.runner_url, concurrency=2, **settings)
+        gate.touch()
         try:
             answer = await call
         finally:
             second.stop()
     assert json.loads(answer.data) == {
-        "got": {"got": {"got": {"slow_depth": 1, "slow_seconds": 4}}}
+        "got": {"got": {"got": {"slow_depth": 1, "slow_until": str(gate)}}}
     }
     made = await steps(live, token, engine)
     assert [(s["graph"]["step"], s["status"]) for s in made] == [
@@ -203,9 +209,12 @@ async def test_a_runner_killed_mid_graph_costs_a_retry_of_its_step(
     redis_url: str,
     token: str,
     engine: AsyncEngine,
+    tmp_path: Path,
 ) -> None:
     """SIGKILL the runner while the middle step runs, and start it again on its port: the
-    director runs the step again; every step ends once."""
+    director runs the step again; every step ends once. The middle step is held running until
+    the runner has been killed."""
+    gate = tmp_path / "release-the-middle-step"
     runner, runner_url = launcher.runner("inspect", concurrency=2, env=INSPECT_ENV)
     name = f"gwr{uuid.uuid4().hex[:6]}/inspect"
     admin.create_model(name, runner_url)
@@ -217,7 +226,7 @@ async def test_a_runner_killed_mid_graph_costs_a_retry_of_its_step(
         graph = {chain[0]: [chain[1]], chain[1]: [chain[2]], chain[2]: []}
         async with grpc.aio.insecure_channel(live.address) as channel:
             call = BlockInferenceServiceStub(channel).infer(
-                graph_task(graph, {"slow_depth": 1, "slow_seconds": 4}, head=chain[0]),
+                graph_task(graph, {"slow_depth": 1, "slow_until": str(gate)}, head=chain[0]),
                 metadata=auth(token),
                 timeout=120,
             )
@@ -228,11 +237,12 @@ async def test_a_runner_killed_mid_graph_costs_a_retry_of_its_step(
 
             await until(middle_running, "the middle step running", timeout=60)
             runner.restart()
+            gate.touch()
             answer = await call
     finally:
         director.stop()
         runner.stop()
-    carried = {"slow_depth": 1, "slow_seconds": 4}
+    carried = {"slow_depth": 1, "slow_until": str(gate)}
     assert json.loads(answer.data) == {"got": {"got": {"got": carried}}}
     made = await steps(live, token, engine)
     assert [(s["graph"]["step"], s["status"]) for s in made] == [
