@@ -38,7 +38,7 @@ from director.deployment import ServedDeployment
 from director.drivers import DeploymentDrivers
 from director.intake import Intake
 from director.leases import Heartbeats, Takeover
-from director.queue import Queue
+from director.queue import Queue, lost_stream
 from director.read_order import REFRESH_INTERVAL, ReadOrder
 from director.reconciler import Reconciler
 from director.release_watch import ReleaseWatch
@@ -166,9 +166,10 @@ class Director:
                 await self._back_off(failures, error)
                 continue
             except ResponseError as error:
-                if "NOGROUP" not in str(error):
+                if not lost_stream(error):
                     raise
-                log.warning("consumer group missing (Redis lost its data?): recreating")
+                # Never fatal: the streams are made again and reading goes on.
+                log.warning("a stream or its consumer group is gone (%s): recreating", error)
                 await self.queue.ensure_groups(self.intake.streams)
             except INFRASTRUCTURE_ERRORS as error:
                 failures += 1

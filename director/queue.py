@@ -30,6 +30,16 @@ log = logging.getLogger(__name__)
 
 GROUP = "directors"
 
+
+def lost_stream(error: ResponseError) -> bool:
+    """Whether ``error`` says a stream or its consumer group is gone: Redis lost its data, the
+    stream key was deleted (a read blocked on it ends with ``UNBLOCKED``: a FLUSHDB, a dev
+    stack re-created on the same Redis, a deleted deployment's keys removed), or the group was
+    destroyed. Re-creating the groups (:meth:`Queue.ensure_groups`) is the remedy; entries
+    the stream held are gone with it, and their predictions are the reconciler's."""
+    return str(error).startswith(("NOGROUP", "UNBLOCKED"))
+
+
 # For each prediction (ARGV: its id, then how many of KEYS are its shards, in KEYS' order),
 # append to the shortest of its shards; one round trip for many predictions. Returns the
 # stream chosen for each.
