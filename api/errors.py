@@ -33,7 +33,9 @@ Database errors: only a connection-level failure (``core.transient.TRANSIENT``) 
 is a wait for a pooled connection that ran out (``CONDUIT_DATABASE_POOL_TIMEOUT``: every
 connection busy, e.g. behind a lock another client holds): an outage, never a 500. A value
 Postgres refuses to store (``DataError``, e.g. a NUL character in a path) is a 400, a
-constraint it enforces (``IntegrityError``) a 409; any other is a 500: never "unreachable".
+constraint it enforces (``IntegrityError``) a 409, a statement past Postgres's own limits (too
+complex, too deep: ``core.transient.past_database_limit``) a 400 ``too_complex``; any other is a
+500: never "unreachable".
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from core.transient import TRANSIENT
+from core.transient import TRANSIENT, past_database_limit
 from lane import errors as lane_errors
 from lane.events import RejectReason
 from tracker.input_checks import RefusedInput
@@ -313,6 +315,15 @@ async def _on_database(request: Request, exc: Exception) -> JSONResponse:
             "Conflict",
             "The request conflicts with data already stored; retry it.",
             instance=request.url.path,
+        )
+    if past_database_limit(exc):
+        log.info("database refused a statement past its limits on %s: %r", request.url.path, exc)
+        return problem_response(
+            400,
+            "Invalid request",
+            "The request is too large or too deeply nested for the database to evaluate.",
+            instance=request.url.path,
+            code="too_complex",
         )
     if isinstance(exc, TRANSIENT) or exc.connection_invalidated:
         return await _on_backend(request, exc)

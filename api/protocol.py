@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from core.nesting import DEPTH_CEILING, MAX_DEPTH, check_depth
 
 WebhookEventName = Literal["start", "output", "logs", "completed"]
 
@@ -26,12 +28,18 @@ class PredictionCreate(BaseModel):
 
     @field_validator("version", "input", "webhook", "webhook_completed")
     @classmethod
-    def _storable(cls, value: Any) -> Any:
-        # Postgres text and jsonb cannot hold NUL; refused here, it never reaches the batched
-        # insert, where it would fail the other creates committed with it.
-        if _has_nul(value):
-            raise ValueError("must not contain NUL (\\u0000) characters")
+    def _storable(cls, value: Any, info: ValidationInfo) -> Any:
+        check_storable(value, info.field_name or "body", DEPTH_CEILING)
         return value
+
+
+def check_storable(value: Any, field: str, max_depth: int = MAX_DEPTH) -> None:
+    """ValueError unless ``value`` nests at most ``max_depth`` deep (``core.nesting``, before
+    anything walks it) and holds no NUL: Postgres text and jsonb cannot hold NUL; refused
+    here, it never reaches a batched insert, where it would fail the rows committed with it."""
+    check_depth(value, field, max_depth)
+    if _has_nul(value):
+        raise ValueError("must not contain NUL (\\u0000) characters")
 
 
 def _has_nul(value: Any) -> bool:

@@ -7,6 +7,7 @@ from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from api.rate_limits import parse_limit
+from core.nesting import DEPTH_CEILING, MAX_DEPTH
 
 
 class ApiSettings(BaseSettings):
@@ -93,7 +94,7 @@ class ApiSettings(BaseSettings):
     create_rate_burst: int | None = Field(None, ge=1)
     #: Deepest nesting accepted in a prediction's ``input`` (the object itself is level 1);
     #: deeper inputs get 422.
-    max_input_depth: int = Field(64, ge=1, le=200)
+    max_input_depth: int = Field(MAX_DEPTH, ge=1, le=DEPTH_CEILING)
 
     # The operator page (``/ops``, ``api.ops``).
     #: Input fields shown as ``[redacted]`` wherever ``/ops`` shows an input, at any depth,

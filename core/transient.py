@@ -50,6 +50,20 @@ TRANSIENT = (
     OSError,
 )
 
+#: SQLSTATE class of the limits Postgres puts on one statement (``54``: statement too complex,
+#: stack depth limit exceeded, too many arguments or columns). psycopg reports them as an
+#: ``OperationalError``, as it does a lost connection; they are the statement's own fault.
+PROGRAM_LIMIT_CLASS = "54"
+
+
+def past_database_limit(error: BaseException) -> bool:
+    """Whether Postgres refused the statement as past a limit of its own: a request too big or
+    too deep, never an outage (retrying it changes nothing), though it is a ``TRANSIENT``."""
+    cause = getattr(error, "orig", None) or error
+    sqlstate = getattr(cause, "sqlstate", None)
+    return isinstance(sqlstate, str) and sqlstate.startswith(PROGRAM_LIMIT_CLASS)
+
+
 #: ``persistently``: 0.1 s doubling to 5 s, each wait within ±20 %.
 PERSISTENT_INITIAL = 0.1
 PERSISTENT_CAP = 5.0
@@ -67,6 +81,8 @@ async def persistently(
         try:
             return await attempt()
         except TRANSIENT as error:
+            if past_database_limit(error):
+                raise
             delay = backoff_delay(
                 failures, initial=PERSISTENT_INITIAL, cap=PERSISTENT_CAP, jitter=PERSISTENT_JITTER
             )

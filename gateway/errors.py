@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 import grpc
 
-from core.transient import TRANSIENT
+from core.transient import TRANSIENT, past_database_limit
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,9 @@ def status_of(error: BaseException) -> tuple[grpc.StatusCode, str]:
     """The status a call that raised ``error`` ends with."""
     if isinstance(error, GatewayError):
         return error.code, error.message
+    if past_database_limit(error):
+        log.info("database refused a statement past its limits: %r", error)
+        return grpc.StatusCode.INVALID_ARGUMENT, "the request is too complex for the database"
     if isinstance(error, TRANSIENT):
         log.warning("database or Redis unreachable: %r", error)
         return grpc.StatusCode.UNAVAILABLE, "the gateway's database or Redis is unreachable"

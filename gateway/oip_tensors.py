@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.nesting import TooDeep, parse_json
 from gateway.errors import InvalidArgument
 from gateway.proto.grpc_service_pb2 import (
     InferParameter,
@@ -225,7 +226,9 @@ def _strings(elements: Iterable[bytes], content_type: Any, where: str) -> list[A
             raise InvalidArgument("holds an element that is not UTF-8", where) from None
         if kind in JSON_TYPES:
             try:
-                values.append(json.loads(text))
+                values.append(parse_json(text, where))
+            except TooDeep as error:
+                raise InvalidArgument(f"holds an element {error.message}", where) from None
             except ValueError as error:
                 raise InvalidArgument(
                     f"holds an element that is not JSON ({error})", where

@@ -10,10 +10,10 @@ sent. A task carries at most ``max_files`` files of ``max_file_bytes`` in all
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from core.nesting import DEPTH_CEILING, MAX_DEPTH, TooDeep, parse_json
 from gateway.errors import InvalidArgument, ResourceExhausted
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from tracker.blocks import BLOCK_ID
@@ -107,19 +107,22 @@ def check_files(packet: BlockInferencePacket, limits: FileLimits) -> None:
         )
 
 
-def parse_object(text: str, name: str) -> dict[str, Any]:
-    """``text`` as a JSON object; the empty string is ``{}``."""
+def parse_object(text: str, name: str, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+    """``text`` as a JSON object nesting at most ``max_depth`` deep; the empty string is
+    ``{}``."""
     if not text.strip():
         return {}
-    value = _parse(text, name)
+    value = _parse(text, name, max_depth)
     if not isinstance(value, dict):
         raise InvalidArgument(f"must be a JSON object, not {type(value).__name__}", name)
     return value
 
 
-def _parse(text: str, name: str) -> Any:
+def _parse(text: str, name: str, max_depth: int = MAX_DEPTH) -> Any:
     try:
-        return json.loads(text)
+        return parse_json(text, name, max_depth)
+    except TooDeep as error:
+        raise InvalidArgument(error.message, error.field) from None
     except ValueError as error:  # JSONDecodeError; also a lone surrogate in the text
         raise InvalidArgument(f"not valid JSON ({error})", name) from None
 
@@ -134,7 +137,8 @@ def parse_packet(packet: BlockInferencePacket, files: FileLimits) -> Task:
         session_id=session_id_of(packet.session_id),
         seq_no=packet.seq_no,
         frame_ptr=packet.frame_ptr,
-        data=parse_object(packet.data, "data"),
+        # The configured depth (``max_input_depth``) is held when the input is checked.
+        data=parse_object(packet.data, "data", DEPTH_CEILING),
         query_parameters=parse_object(query, "query_parameters") if query.strip() else None,
         ts=packet.ts,
         files=[

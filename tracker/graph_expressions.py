@@ -14,7 +14,8 @@ filter's condition is a field of each element, not a step. It refuses what canno
 followed: ``steps`` read whole (``steps.*``, ``steps[0]``, ``@``, ``*``), a name at the top
 other than ``input`` and ``steps`` (the usual slip: ``"fr"`` is a field, the string is
 ``'fr'``), and a function JMESPath does not have or called with the wrong number of
-arguments (JMESPath itself finds those only when it runs).
+arguments (JMESPath itself finds those only when it runs). An expression nests at most
+``core.nesting.MAX_DEPTH`` deep (JMESPath parses and evaluates by recursion).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import jmespath
 from jmespath import functions
 from jmespath.exceptions import JMESPathError, ParseError
 from jmespath.parser import ParsedResult
+
+from core.nesting import MAX_DEPTH
 
 #: The names the context holds at its top.
 CONTEXT_NAMES = ("input", "steps")
@@ -82,17 +85,33 @@ def compile_expression(text: Any) -> Expression:
         raise BadExpression("must be a JMESPath expression, not empty")
     if len(text) > MAX_EXPRESSION:
         raise BadExpression(f"is {len(text)} characters long; at most {MAX_EXPRESSION}")
+    too_deep = f"is nested deeper than {MAX_DEPTH} levels"
     try:
         compiled = jmespath.compile(text)
     except ParseError as error:
         raise BadExpression(f"is not valid JMESPath: {_parse_message(error)}") from None
     except JMESPathError as error:  # pragma: no cover - every compile error is a ParseError
         raise BadExpression(f"is not valid JMESPath: {error}") from None
+    except RecursionError:  # the parser recurses once per nested (, [, {, ! ...
+        raise BadExpression(too_deep) from None
+    if _depth(compiled.parsed) > MAX_DEPTH:  # the walk below, and every search, recurse
+        raise BadExpression(too_deep)
     walk = _Walk()
     walk.node(compiled.parsed, True)
     node = compiled.parsed
     literal = (node["value"],) if node["type"] == "literal" else None
     return Expression(text, compiled, tuple(walk.reads), _output_path(node), literal)
+
+
+def _depth(tree: Any) -> int:
+    """How deep a syntax tree nests (counted without recursion)."""
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(tree, 1)]
+    while pending:
+        node, depth = pending.pop()
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in node.get("children", ()))
+    return deepest
 
 
 def truthy(value: Any) -> bool:

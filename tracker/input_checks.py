@@ -31,8 +31,10 @@ from typing import Any, NamedTuple
 import orjson
 from jsonschema import Draft7Validator
 
-#: Default deepest nesting of an input (the input object itself is level 1).
-DEFAULT_MAX_DEPTH = 64
+from core.nesting import MAX_DEPTH, TooDeep, check_depth
+
+#: Default deepest nesting of an input (the input object itself is level 1): the one rule.
+DEFAULT_MAX_DEPTH = MAX_DEPTH
 INT_MIN = -(2**63)  # orjson's range: signed 64-bit ...
 INT_MAX = 2**64 - 1  # ... to unsigned 64-bit
 #: At most this many refused fields are named; the first ones found.
@@ -70,6 +72,10 @@ def canonical_input(
     value: dict[str, Any], max_depth: int = DEFAULT_MAX_DEPTH, *, root: str = "input"
 ) -> bytes:
     """The input as canonical JSON bytes; RefusedInput naming each field that cannot be kept."""
+    try:
+        check_depth(value, root, max_depth)  # without recursion, before the walk below
+    except TooDeep as error:
+        raise RefusedInput([FieldError(error.field, error.message)]) from None
     check = _Check(max_depth)
     check.value(value, root, 1)
     if check.errors:

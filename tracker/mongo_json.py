@@ -9,7 +9,9 @@ ignored.
 Filters (:func:`compile_filter`): dotted-path equality, ``$eq``, ``$ne``, ``$in``, ``$nin``,
 ``$gt``, ``$gte``, ``$lt``, ``$lte``, ``$exists``, ``$regex`` (with ``$options`` ``i``, ``m``,
 ``s``, ``x``: a SQL/JSON ``like_regex``, POSIX regular expressions), ``$and``, ``$or``,
-``$nor``. A comparison with a scalar is a SQL/JSON path predicate, ``doc @? '$."a"."b" ? (@ ==
+``$nor``; at most :data:`MAX_LIST` values in one ``$in`` and :data:`MAX_TERMS` conditions in
+all, nested at most ``core.nesting.MAX_DEPTH`` deep. A comparison with a scalar is a SQL/JSON
+path predicate, ``doc @? '$."a"."b" ? (@ ==
 "x")'``: in the lax mode a member accessor steps into arrays and a filter tests each element,
 which is MongoDB's own reading (``{"tags": "NLP"}`` matches a list holding "NLP"; ``a.b``
 reaches into a list of documents), and the operator is one the GIN ``jsonb_path_ops`` index
@@ -40,6 +42,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.nesting import TooDeep, check_depth
+
 __all__ = [
     "COMPARISONS",
     "FILTER_OPERATORS",
@@ -57,6 +61,11 @@ FILTER_OPERATORS = frozenset(
 #: The flags ``$options`` may hold (those ``like_regex`` takes).
 REGEX_FLAGS = frozenset("imsx")
 LOGICAL = frozenset({"$and", "$or", "$nor"})
+#: Most values one ``$in`` or ``$nin`` may list.
+MAX_LIST = 1000
+#: Most comparisons and logical operators one filter may hold (each value of an ``$in``
+#: counts): past a few thousand, Postgres refuses the statement as too complex.
+MAX_TERMS = 2000
 UPDATE_OPERATORS = frozenset({"$set", "$unset", "$inc", "$push", "$addToSet", "$pull"})
 _INDEX = re.compile(r"[0-9]+")
 
@@ -142,6 +151,10 @@ def compile_filter(
 ) -> Sql:
     """The SQL condition (over the JSONB expression ``doc``) that a row matches the filter
     ``document`` by; ``columns``: top-level fields kept in columns of their own."""
+    try:
+        check_depth(document, root)
+    except TooDeep as error:
+        raise MongoError(error.field, error.message) from None
     compiler = _Filter(doc, columns or {}, _Binds(prefix))
     text = compiler.document(document, root)
     return Sql(text, compiler.binds.params)
@@ -179,6 +192,13 @@ class _Filter:
     doc: str
     columns: Mapping[str, Column]
     binds: _Binds
+    #: Comparisons and logical operators read so far (:data:`MAX_TERMS`).
+    terms: int = 0
+
+    def count(self, terms: int, where: str) -> None:
+        self.terms += terms
+        if self.terms > MAX_TERMS:
+            raise MongoError(where, f"a filter holds at most {MAX_TERMS} conditions")
 
     def document(self, document: Any, location: str) -> str:
         if not isinstance(document, dict):
@@ -186,6 +206,7 @@ class _Filter:
         clauses = []
         for key, value in document.items():
             where = f"{location}.{key}"
+            self.count(1, where)
             if key in LOGICAL:
                 clauses.append(self.logical(key, value, where))
             elif key.startswith("$"):
@@ -234,6 +255,9 @@ class _Filter:
         if operator in ("$in", "$nin"):
             if not isinstance(value, list):
                 raise MongoError(where, f"{operator} takes a list")
+            if len(value) > MAX_LIST:
+                raise MongoError(where, f"{operator} takes at most {MAX_LIST} values")
+            self.count(len(value), where)
             found = self.any_of(segments, value, where)
             return found if operator == "$in" else f"(NOT {found})"
         if operator == "$exists":

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.nesting import TooDeep, check_depth
 from tracker.mongo_json import (
     _INDEX,
     FILTER_OPERATORS,
@@ -37,6 +38,10 @@ def parse_update(document: Any, root: str = "update") -> list[Change]:
     """The changes an update document names, checked; :class:`MongoError` for any fault."""
     if not isinstance(document, dict) or not document:
         raise MongoError(root, "an update is a JSON object of update operators")
+    try:
+        check_depth(document, root)
+    except TooDeep as error:
+        raise MongoError(error.field, error.message) from None
     changes: list[Change] = []
     for operator, fields in document.items():
         where = f"{root}.{operator}"

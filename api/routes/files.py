@@ -35,7 +35,9 @@ from api.errors import (
 )
 from api.form_stream import Event, FormStream, Part, boundary_of
 from api.openapi import operation, problems
+from api.protocol import check_storable
 from api.responses import FastJSONResponse
+from core.nesting import TooDeep
 from tracker.files.links import FileLinks, render_file
 from tracker.files.quota import QuotaExceeded
 from tracker.files.records import FileRecord
@@ -152,19 +154,13 @@ def _metadata(raw: bytes) -> dict[str, Any]:
         raise _field_error("metadata", "must be valid JSON") from None
     if not isinstance(value, dict):
         raise _field_error("metadata", "must be a JSON object")
-    if _has_nul(value):  # Postgres' JSONB cannot hold it
-        raise _field_error("metadata", "must not contain NUL characters (\\u0000)")
+    try:
+        check_storable(value, "metadata")  # nesting, then NUL (Postgres' JSONB cannot hold it)
+    except TooDeep as error:
+        raise _field_error(error.field, error.message) from None
+    except ValueError as error:
+        raise _field_error("metadata", str(error)) from None
     return value
-
-
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(item) for item in value)
-    return False
 
 
 def _declared_length(request: Request) -> int | None:

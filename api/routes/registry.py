@@ -21,6 +21,7 @@ from api.deps import AccountDep, ResourcesDep
 from api.errors import Forbidden, InvalidInput, InvalidRequest, NotFound
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
+from core.nesting import TooDeep, check_depth
 from tracker import registry
 from tracker.catalog import AccountInfo
 from tracker.mongo_json import MongoError
@@ -92,6 +93,13 @@ def _refused(error: MongoError) -> InvalidRequest:
 
 def _storable(doc: dict[str, Any]) -> dict[str, Any]:
     """The record, if JSON that Postgres can store (no NUL, integers within 64 bits)."""
+    try:
+        check_depth(doc, "body")
+    except TooDeep as error:
+        raise InvalidInput(
+            f"{error.field}: {error.message}",
+            errors=[{"field": error.field, "message": error.message}],
+        ) from None
     try:
         encoded = orjson.dumps(doc)
     except orjson.JSONEncodeError as error:

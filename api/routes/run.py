@@ -48,9 +48,10 @@ from api.openapi import (
 )
 from api.prefer import disconnected
 from api.priority import honoured, parse_priority_header
-from api.protocol import _has_nul
+from api.protocol import check_storable
 from api.responses import FastJSONResponse
 from core.logs import REQUEST_ID
+from core.nesting import DEPTH_CEILING
 from lane.errors import LaneNotRunning
 from lane.request import Destination, Finished, RunRequest, Streamed
 from lane.service import Lane
@@ -73,8 +74,7 @@ class RunCreate(BaseModel):
     @field_validator("input")
     @classmethod
     def _storable(cls, value: Any) -> Any:
-        if _has_nul(value):
-            raise ValueError("must not contain NUL (\\u0000) characters")
+        check_storable(value, "input", DEPTH_CEILING)
         return value
 
 
