@@ -39,6 +39,7 @@ from lane.events import (
     Outcome,
     Reject,
     RejectReason,
+    Repay,
     RunnersChanged,
 )
 from lane.queue import FairQueue
@@ -67,7 +68,11 @@ class LaneCore:
         self._expire(event.now, out)
         match event:
             case Arrive():
+                if event.loan is not None:
+                    self._lend(event.deployment, event.loan, event.now, out)
                 self._arrive(event, out)
+                if event.deployment in self._deployments:
+                    self._repay(event.deployment, out)
             case Cancel():
                 self._cancel(event)
             case Done():
@@ -96,7 +101,7 @@ class LaneCore:
         if state is None or not state.pool.listed:
             self._reject_new(state, "", RejectReason.NO_RUNNER, out)
             return _only_reject(out)
-        if not state.queue and state.pool.permits > 0:
+        if not state.queue and (state.pool.permits > 0 or state.pool.shared > 0):
             return None
         max_queue = self._max_queue(state)
         full = len(state.queue) >= max_queue and state.queue.victim(below=band) is None
@@ -104,6 +109,14 @@ class LaneCore:
             self._reject_new(state, "", RejectReason.OUT_OF_CAPACITY, out)
             return _only_reject(out)
         return None
+
+    def borrowable(self, deployment: str, now: float) -> list[tuple[str, int]]:
+        """``(runner id, shared permits)`` to borrow a permit on (``lane.loans``) before an
+        ``Arrive``: only when no permit is free here; empty when there is nothing to borrow."""
+        state = self._deployments.get(deployment)
+        if state is None or state.pool.choose(self._rng, (), now) is not None:
+            return []
+        return state.pool.borrowable(now)
 
     def snapshot(self) -> dict[str, LaneCounters]:
         """Counters per deployment known from ``RunnersChanged``, as of the last event (a
@@ -193,6 +206,7 @@ class LaneCore:
         else:
             self._after_failure(deployment, request, event, out)
         self._drain(deployment, event.now, out)
+        self._repay(request.deployment, out)
 
     def _record_health(self, deployment: LaneDeployment, request: LaneRequest, event: Done) -> None:
         pool, now = deployment.pool, event.now
@@ -242,9 +256,24 @@ class LaneCore:
                 RetryBudget(self.config.retry_budget_ratio, self.config.retry_budget_min),
                 ServiceTime(self.config.service_p50_default_s),
             )
-        deployment.pool.update((slot.runner_id, slot.permits) for slot in event.runners)
+        deployment.pool.update(
+            (slot.runner_id, slot.permits, slot.shared) for slot in event.runners
+        )
         self._drain(deployment, event.now, out)
         self._fit_queue(deployment, out)
+        self._repay(event.deployment, out)
+
+    def _lend(self, name: str, runner: str, now: float, out: list[Effect]) -> None:
+        """One borrowed permit more on ``runner``; straight back when it is gone."""
+        deployment = self._deployments.get(name)
+        if deployment is None or not deployment.pool.lend(runner):
+            out.append(Repay(name, runner))
+            return
+        self._drain(deployment, now, out)
+
+    def _repay(self, name: str, out: list[Effect]) -> None:
+        """Give back the deployment's borrowed permits that no request holds."""
+        out.extend(Repay(name, runner) for runner in self._deployments[name].pool.repay_idle())
 
     def _expire(self, now: float, out: list[Effect]) -> None:
         while self._expiries and self._expiries[0][0] <= now:

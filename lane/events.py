@@ -63,6 +63,9 @@ class Arrive:
     deadline: float | None
     """Absolute, on the event clock; None: only ``queue_ttl`` bounds the wait."""
     now: float
+    loan: str | None = None
+    """A runner one of whose shared permits was borrowed for this arrival (Redis counted it,
+    ``lane.loans``): one permit more here until the core gives it back with ``Repay``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +99,10 @@ class RunnerSlot:
     runner_id: str
     permits: int
     """This replica's share of the runner's advertised concurrency (see :mod:`lane.slices`);
-    0 is allowed: the runner exists but another replica holds all of its permits."""
+    0 when its permits are shared."""
+    shared: int = 0
+    """Permits of the runner that every replica borrows through Redis (:mod:`lane.loans`),
+    when it has fewer than there are replicas; 0 when they are sliced."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,4 +157,13 @@ class Fail:
     attempts: int
 
 
-Effect = Dispatch | Reject | Fail | ArmTimer
+@dataclass(frozen=True, slots=True)
+class Repay:
+    """Give a borrowed permit of ``runner_id`` back to the pool in Redis: it is idle here (or
+    the runner left)."""
+
+    deployment: str
+    runner_id: str
+
+
+Effect = Dispatch | Reject | Fail | ArmTimer | Repay

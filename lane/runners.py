@@ -35,7 +35,12 @@ class Health:
 class LaneRunner:
     runner_id: str
     permits: int
+    """Usable here: this replica's slice plus what it borrowed."""
     in_flight: int = 0
+    shared: int = 0
+    """The runner's permits that replicas borrow through Redis (``lane.loans``)."""
+    borrowed: int = 0
+    """Of those, held by this replica now (counted in ``permits`` while listed)."""
     listed: bool = True
     """In the latest fleet view; a runner that left keeps its in-flight requests only."""
     full_until: float | None = None
@@ -80,18 +85,64 @@ class RunnerPool:
     def in_flight(self) -> int:
         return sum(runner.in_flight for runner in self._runners.values())
 
-    def update(self, slots: Iterable[tuple[str, int]]) -> None:
-        """Replace the fleet view; clears every full mark, keeps health and in-flight counts."""
+    @property
+    def shared(self) -> int:
+        """Permits of listed runners that may be borrowed (``lane.loans``)."""
+        return sum(runner.shared for runner in self._runners.values() if runner.listed)
+
+    def update(self, slots: Iterable[tuple[str, int, int]]) -> None:
+        """Replace the fleet view (``(runner id, own permits, shared permits)``); clears every
+        full mark, keeps health, in-flight counts and borrowed permits (given back by
+        :meth:`repay_idle`)."""
         fresh: dict[str, LaneRunner] = {}
-        for runner_id, permits in slots:
+        for runner_id, permits, shared in slots:
             state = self._runners.get(runner_id) or LaneRunner(runner_id, permits)
-            state.permits, state.listed, state.full_until = max(0, permits), True, None
+            state.permits = max(0, permits) + state.borrowed
+            state.shared, state.listed, state.full_until = max(0, shared), True, None
             fresh[runner_id] = state
         for runner_id, state in self._runners.items():
-            if runner_id not in fresh and state.in_flight:
-                state.permits, state.listed = 0, False
+            if runner_id not in fresh and (state.in_flight or state.borrowed):
+                state.permits, state.shared, state.listed = 0, 0, False
                 fresh[runner_id] = state
         self._runners = fresh
+
+    def borrowable(self, now: float) -> list[tuple[str, int]]:
+        """``(runner id, shared permits)`` of the runners one more permit may be borrowed on:
+        listed, not full or ejected, holding fewer than their shared permits."""
+        return [
+            (runner.runner_id, runner.shared)
+            for runner in self._runners.values()
+            if runner.listed and runner.borrowed < runner.shared and not runner.blocked(now)
+        ]
+
+    def lend(self, runner_id: str) -> bool:
+        """One borrowed permit more on ``runner_id``; False when it is no longer listed (the
+        permit must go straight back)."""
+        runner = self._runners.get(runner_id)
+        if runner is None or not runner.listed:
+            return False
+        runner.borrowed += 1
+        runner.permits += 1
+        return True
+
+    def repay_idle(self) -> list[str]:
+        """Give back borrowed permits no request holds (one runner id per permit): on a listed
+        runner those beyond its requests in flight, on one that left all of them once its last
+        request ended."""
+        repaid: list[str] = []
+        for runner in list(self._runners.values()):
+            if not runner.borrowed:
+                continue
+            if runner.listed:
+                count = min(runner.borrowed, max(0, runner.permits - runner.in_flight))
+                runner.permits -= count
+            else:
+                count = 0 if runner.in_flight else runner.borrowed
+            runner.borrowed -= count
+            repaid += [runner.runner_id] * count
+            if not runner.listed and not runner.in_flight and not runner.borrowed:
+                del self._runners[runner.runner_id]
+        return repaid
 
     def choose(self, rng: random.Random, exclude: Sequence[str], now: float) -> str | None:
         """A runner with a free permit, not in ``exclude``; None when there is none.
@@ -130,7 +181,7 @@ class RunnerPool:
         if runner.in_flight <= 0:
             raise RuntimeError(f"runner {runner_id!r} has no permit in use")
         runner.in_flight -= 1
-        if not runner.listed and not runner.in_flight:
+        if not runner.listed and not runner.in_flight and not runner.borrowed:
             del self._runners[runner_id]
 
     def refused(self, runner_id: str, retry_after: float | None, now: float) -> None:

@@ -19,6 +19,7 @@ from lane import serving
 from lane.background import Background
 from lane.errors import OutOfCapacity
 from lane.events import band_of
+from lane.loans import Loans
 from lane.membership import Membership
 from lane.record import SyncRecorder
 from lane.records import LaneConfig, LaneCounters
@@ -42,7 +43,8 @@ class Lane:
     ) -> None:
         #: This replica's id among the lane's members: unique per process.
         self.replica_id = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"
-        self.shell = LaneShell(config or settings.config(), on_wait)
+        self.loans = Loans(redis, self.replica_id, settings.lane_member_ttl)
+        self.shell = LaneShell(config or settings.config(), on_wait, self.loans.repay)
         self.fleet = FleetView(redis, settings.lane_fleet_interval, self._fleet_changed)
         self.supply = LaneSupply(
             self.shell,
@@ -86,7 +88,11 @@ class Lane:
 
     async def run(self, request: RunRequest) -> RunResult:
         """Take one ``/run`` through the lane (:func:`lane.serving.run`)."""
-        return await serving.run(self, request)
+        try:
+            return await serving.run(self, request)
+        finally:
+            # A permit borrowed for it is back in Redis before the answer leaves.
+            await self.loans.settled()
 
     async def start(self) -> None:
         # No cap on connections: the lane's permits bound the calls in flight.
@@ -101,6 +107,7 @@ class Lane:
         await self.membership.stop()
         await self.fleet.stop()
         self.shell.close()
+        await self.loans.settled()
         await self.background.drain()
         await self.recorder.close()
         if self._session is not None:

@@ -128,7 +128,10 @@ async def run(lane: Lane, request: RunRequest) -> RunResult:
     deadline = shell.now() + cancel_after if cancel_after else None
     try:
         band, account = band_of(request.priority), str(request.account_id)
-        admission = shell.arrive(call.id, destination.lane, account, band, deadline)
+        # No permit free here: borrow one of a runner whose permits are shared (lane.loans).
+        runners = shell.borrowable(destination.lane)
+        loan = await lane.loans.borrow(runners) if runners else None
+        admission = shell.arrive(call.id, destination.lane, account, band, deadline, loan)
         if not admission.answer.done():  # granted (or refused) on arrival: nothing to wait for
             try:
                 came = await call.departure.first(admission.answer)

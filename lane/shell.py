@@ -30,6 +30,7 @@ from lane.events import (
     Fail,
     Outcome,
     Reject,
+    Repay,
     RunnersChanged,
     RunnerSlot,
 )
@@ -56,11 +57,14 @@ class LaneShell:
         self,
         config: LaneConfig | None = None,
         on_wait: Callable[[str, float], None] | None = None,
+        on_repay: Callable[[Repay], None] | None = None,
     ) -> None:
         """``on_wait(deployment, seconds)``: a request's wait in the queue, at its first
-        dispatch (for the ``lane_queue_wait_seconds`` histogram)."""
+        dispatch (for the ``lane_queue_wait_seconds`` histogram); ``on_repay``: gives a
+        borrowed permit back to the pool in Redis (``lane.loans``)."""
         self.core = LaneCore(config)
         self.on_wait = on_wait
+        self.on_repay = on_repay
         self._answers: dict[str, asyncio.Future[Answer]] = {}
         self._deployment_of: dict[str, str] = {}
         self._shell: Shell[Event, Effect] = Shell(
@@ -80,13 +84,25 @@ class LaneShell:
         """What the lane would surely answer now, before the request's body is read."""
         return self.core.refuse_early(deployment, account, band, self.now())
 
+    def borrowable(self, deployment: str) -> list[tuple[str, int]]:
+        """Runners (with their shared permits) to borrow a permit on before arriving: none
+        unless every permit here is taken."""
+        return self.core.borrowable(deployment, self.now())
+
     def arrive(
-        self, request_id: str, deployment: str, account: str, band: int, deadline: float | None
+        self,
+        request_id: str,
+        deployment: str,
+        account: str,
+        band: int,
+        deadline: float | None,
+        loan: str | None = None,
     ) -> Admission:
+        """``loan``: a runner a shared permit was just borrowed on for this request."""
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._answers[request_id] = answer
         self._deployment_of[request_id] = deployment
-        self.handle(Arrive(request_id, deployment, account, band, deadline, self.now()))
+        self.handle(Arrive(request_id, deployment, account, band, deadline, self.now(), loan))
         return Admission(request_id, deployment, answer)
 
     def leave(self, admission: Admission) -> None:
@@ -140,6 +156,10 @@ class LaneShell:
 
     def _answer(self, effect: Effect) -> None:
         if isinstance(effect, ArmTimer):  # the shell arms its timer itself: never seen here
+            return
+        if isinstance(effect, Repay):
+            if self.on_repay is not None:
+                self.on_repay(effect)
             return
         request_id = effect.request_id
         answer = self._answers.get(request_id)

@@ -1,4 +1,5 @@
-"""Each api replica's slice of every runner's permits (Knative's activator subsetting).
+"""Each api replica's slice of every runner's permits (Knative's activator subsetting), and
+the permits shared through Redis when there are too few to slice.
 
 Replicas do not coordinate per request: each owns a disjoint share of each runner's advertised
 concurrency, recomputed from the membership list when a replica joins or leaves. A runner's
@@ -8,6 +9,13 @@ many small runners spread over the replicas instead of piling on replica 0. Ever
 at least one permit overall therefore has at least one in some replica, and the slices add up
 to exactly its concurrency. While membership is in flux two replicas may briefly over-count;
 the runner's refusal corrects that.
+
+A runner with fewer permits than there are replicas is not sliced: some replica would get
+none, and its ``/run`` would be refused at once while the runner idles. Its permits are
+*shared* instead: every replica holds none of its own and borrows one from the pool in Redis
+(:mod:`lane.loans`) when a request finds no free permit, giving it back once idle. The
+borrows are counted in Redis, so the replicas together never hold more than the runner's
+concurrency; only these runners' requests cost a round trip to Redis.
 
 The shell applies this before ``RunnersChanged`` (whose ``permits`` are already this replica's
 share) and re-sends ``RunnersChanged`` for every deployment when membership changes.
@@ -27,11 +35,18 @@ def member_index(members: Iterable[str], me: str) -> tuple[int, int]:
     return ordered.index(me), len(ordered)
 
 
+def shared_permits(concurrency: int, members: int) -> int:
+    """The runner's permits borrowed through Redis rather than sliced: all of them when there
+    are fewer than replicas, none otherwise."""
+    return max(0, concurrency) if concurrency < members else 0
+
+
 def slice_permits(runner_id: str, concurrency: int, my_index: int, members: int) -> int:
-    """This replica's permits on a runner advertising ``concurrency``."""
+    """This replica's own permits on a runner advertising ``concurrency`` (0 when they are
+    shared: :func:`shared_permits`)."""
     if members < 1 or not 0 <= my_index < members:
         raise ValueError(f"index {my_index} is not among {members} members")
-    if concurrency <= 0:
+    if concurrency <= 0 or shared_permits(concurrency, members):
         return 0
     base, extra = divmod(concurrency, members)
     start = zlib.crc32(runner_id.encode()) % members
@@ -41,9 +56,12 @@ def slice_permits(runner_id: str, concurrency: int, my_index: int, members: int)
 def slice_runners(
     runners: Iterable[tuple[str, int]], my_index: int, members: int
 ) -> tuple[RunnerSlot, ...]:
-    """``(runner id, advertised concurrency)`` pairs → this replica's ``RunnerSlot``s (runners
-    with no share here are kept, with 0 permits: they tell "no share" from "no runner")."""
+    """``(runner id, advertised concurrency)`` pairs → this replica's ``RunnerSlot``s."""
     return tuple(
-        RunnerSlot(runner_id, slice_permits(runner_id, concurrency, my_index, members))
+        RunnerSlot(
+            runner_id,
+            slice_permits(runner_id, concurrency, my_index, members),
+            shared_permits(concurrency, members),
+        )
         for runner_id, concurrency in runners
     )

@@ -284,6 +284,11 @@ LANE_MEMBERS = f"lane:{{{LANE_TAG}}}:members"
 """Sorted set of api replica ids scored by their last heartbeat (ms); readers prune the old."""
 
 
+def lane_loans_key(runner_id: str) -> str:
+    """Hash of api replica id → permits it borrowed of the runner's shared ones (``lane.loans``)."""
+    return f"lane:{{{LANE_TAG}}}:loans:{runner_id}"
+
+
 # --- Per-account rates (``api.rate_limits``) ----------------------------------------------
 # One key, and one hash tag, per account: its script names one slot, and a Redis Cluster
 # spreads the accounts over its nodes.

@@ -420,3 +420,29 @@ def test_two_replicas_share_a_runners_permits(
         proc.stop()
     assert [r.status_code for r in answers] == [200] * 4
     assert {r.headers["X-Conduit-Attempts"] for r in answers} == {"1"}  # nothing was refused
+
+
+def test_replicas_outnumbering_a_runners_permits_all_serve(
+    stack: Stack, launcher: Launcher, redis_url: str, admin: Admin, token: str
+) -> None:
+    """Two replicas in front of a concurrency-1 runner: neither owns its one permit (it is
+    shared through Redis), and calls one after the other through each replica all run."""
+    runner, url = launcher.runner("echo", concurrency=1)
+    name = f"lane-{uuid.uuid4().hex[:8]}/one"
+    version = admin.create_model(name, url)
+    admin.create_deployment(name, name, visibility="public")
+    path = f"/v1/deployments/{name}/run"
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        with (
+            launcher.own_api() as other_url,
+            _registered(redis_url, _entry(f"r-one-{uuid.uuid4().hex[:6]}", url, name, version, 1)),
+        ):
+            wait_for(lambda: _members(redis_url) >= 2 or None, "two replicas")
+            for n, api in enumerate((stack.api_url, other_url, stack.api_url, other_url)):
+                with httpx.Client(base_url=api, headers=headers, timeout=30) as client:
+                    response = _ready_run(client, path, {"input": {"prompt": f"p{n}"}})
+                assert response.status_code == 200, (api, response.text)
+                assert response.json()["output"] == [f"p{n}-0"]
+    finally:
+        runner.stop()

@@ -28,6 +28,7 @@ from lane import (
     RunnersChanged,
     RunnerSlot,
 )
+from lane.events import Repay
 from lane.runners import Health
 from tracker.waiter_shares import account_cap
 
@@ -95,6 +96,58 @@ def test_a_free_permit_dispatches_at_once_and_the_rest_queue() -> None:
     assert core.snapshot()["d"].queue_depth == 1
     # The moment a permit frees, the queued request gets it, with its wait.
     assert done(core, "x", "r1", now=3.5) == [Dispatch("z", "r1", 1, 1.5)]
+
+
+def shared(core: LaneCore, runner: str, permits: int, now: float = 0.0) -> list[Effect]:
+    """A runner whose ``permits`` are all shared (fewer than replicas): none of its own here."""
+    return core.handle(RunnersChanged("d", (RunnerSlot(runner, 0, permits),), now))
+
+
+def test_a_replica_with_no_slice_borrows_a_shared_permit_and_gives_it_back_when_idle() -> None:
+    core = lane()
+    shared(core, "r", 1)
+    assert core.refuse_early("d", "a", 1, 0.0) is None  # it may borrow: not refused early
+    assert core.borrowable("d", 0.0) == [("r", 1)]
+    # Borrowed (Redis counted it): the request runs on it at once.
+    assert core.handle(Arrive("x", "d", "a", 1, None, 0.0, loan="r")) == [
+        Dispatch("x", "r", 1, 0.0)
+    ]
+    assert core.borrowable("d", 0.5) == []  # all of its shared permits are held here
+    # A second request waits behind it on the borrowed permit, which is kept while used.
+    arrive(core, "y", now=0.5)
+    assert done(core, "x", "r", now=1.0) == [Dispatch("y", "r", 1, 0.5)]
+    # Idle: given back at once, and the next request must borrow again.
+    assert done(core, "y", "r", now=2.0) == [Repay("d", "r")]
+    assert core.snapshot()["d"].permits_free == 0
+    assert core.borrowable("d", 2.0) == [("r", 1)]
+    # Nothing borrowed (another replica holds it): refused at once, as capacity.
+    assert rejects(arrive(core, "z", now=2.0)) == [("z", OOC)]
+
+
+def test_a_permit_borrowed_on_a_runner_gone_goes_straight_back() -> None:
+    core = lane()
+    shared(core, "r", 1)
+    runners(core)  # the runner left between the borrow and the arrival
+    effects = core.handle(Arrive("x", "d", "a", 1, None, 0.0, loan="r"))
+    assert Repay("d", "r") in effects
+    assert rejects(effects) == [("x", RejectReason.NO_RUNNER)]
+
+
+def test_a_runner_that_leaves_gives_back_its_borrowed_permit_after_its_last_request() -> None:
+    core = lane()
+    shared(core, "r", 2)
+    core.handle(Arrive("x", "d", "a", 1, None, 0.0, loan="r"))
+    assert Repay("d", "r") not in runners(core, now=0.5)  # still running there
+    assert done(core, "x", "r", now=1.0) == [Repay("d", "r")]
+
+
+def test_a_replica_with_its_own_free_permit_borrows_nothing() -> None:
+    core = lane()
+    runners(core, ("own", 1))
+    core.handle(RunnersChanged("d", (RunnerSlot("own", 1), RunnerSlot("r", 0, 1)), 0.0))
+    assert core.borrowable("d", 0.0) == []
+    arrive(core, "x")
+    assert core.borrowable("d", 0.0) == [("r", 1)]
 
 
 @pytest.mark.parametrize(

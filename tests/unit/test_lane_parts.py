@@ -10,6 +10,7 @@ from lane import RunnerSlot, member_index, slice_permits, slice_runners
 from lane.budget import RetryBudget
 from lane.estimate import ServiceTime, retry_after
 from lane.queue import FairQueue
+from lane.slices import shared_permits
 from tracker.waiter_shares import account_cap
 
 
@@ -18,20 +19,32 @@ from tracker.waiter_shares import account_cap
     concurrency=st.integers(0, 64),
     members=st.integers(1, 9),
 )
-def test_slices_add_up_and_every_runner_has_a_permit_somewhere(
+def test_slices_and_shared_permits_add_up_and_every_replica_may_serve(
     runner_id: str, concurrency: int, members: int
 ) -> None:
     shares = [slice_permits(runner_id, concurrency, i, members) for i in range(members)]
-    assert sum(shares) == concurrency
+    shared = shared_permits(concurrency, members)
+    # Never more than the runner's concurrency in all: sliced, or shared through Redis.
+    assert sum(shares) + shared == concurrency
     assert max(shares) - min(shares) <= 1
     if concurrency:
-        assert max(shares) >= 1
+        # No replica is left without a way to the runner (it borrows when it has no slice).
+        assert all(share >= 1 for share in shares) or shared == concurrency
+
+
+def test_fewer_permits_than_replicas_are_shared_not_sliced() -> None:
+    # A concurrency-1 runner behind two replicas: neither owns it, both may borrow it.
+    assert slice_runners([("r", 1)], 0, 2) == (RunnerSlot("r", 0, 1),)
+    assert slice_runners([("r", 1)], 1, 2) == (RunnerSlot("r", 0, 1),)
+    # As many permits as replicas, or more: sliced as before, nothing shared.
+    assert slice_runners([("r", 2)], 1, 2) == (RunnerSlot("r", 1, 0),)
+    assert [slice_permits("r", 3, i, 2) for i in range(2)] in ([1, 2], [2, 1])
 
 
 def test_remainders_spread_over_replicas() -> None:
-    # 30 single-permit runners over 3 replicas: no replica is left without work.
-    per_replica = [sum(slice_permits(f"runner-{n}", 1, i, 3) for n in range(30)) for i in range(3)]
-    assert sum(per_replica) == 30 and min(per_replica) >= 5
+    # 30 four-permit runners over 3 replicas: the remainders do not pile on one replica.
+    per_replica = [sum(slice_permits(f"runner-{n}", 4, i, 3) for n in range(30)) for i in range(3)]
+    assert sum(per_replica) == 120 and min(per_replica) >= 35
 
 
 def test_member_index_is_the_same_on_every_replica() -> None:
