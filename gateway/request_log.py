@@ -3,10 +3,14 @@
 A call's entry goes into a bounded in-memory queue (``log_queue`` entries) and the call goes
 on: inference never waits on the log. One task takes what is queued, up to ``log_batch`` at a
 time (waiting at most ``log_flush_interval`` to fill a batch), and writes it with one ``COPY``.
-A full queue drops the entry; a batch the database refuses (Postgres away, a partition
-missing twice) is dropped; both are counted (``conduit_gateway_log_dropped_total`` by reason)
-and logged once per stretch of failures. Every hour (and at start) the coming days'
-partitions are made and those past ``log_retention_days`` retired.
+A full queue drops the entry (``queue_full``); a batch that cannot be written because the
+database is away (or a partition is missing twice) is dropped (``write_failed``). A batch the
+database refuses for what it holds (an entry whose value it cannot take) is split in halves
+and each written again, down to single entries: only the entries refused on their own are
+dropped (``refused``), their neighbours kept. Each is counted
+(``conduit_gateway_log_dropped_total`` by reason) and logged once per stretch of failures.
+Every hour (and at start) the coming days' partitions are made and those past
+``log_retention_days`` retired.
 """
 
 from __future__ import annotations
@@ -17,11 +21,12 @@ import logging
 import time
 from datetime import UTC, datetime
 
+import psycopg
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.periodic import Periodic
-from core.transient import TRANSIENT
+from core.transient import TRANSIENT, past_database_limit
 from tracker.request_log import LogEntry, NoPartition, copy_entries, maintain_partitions
 
 log = logging.getLogger(__name__)
@@ -48,7 +53,7 @@ class RequestLogWriter:
         self.registry = registry or CollectorRegistry()
         self.dropped = Counter(
             "conduit_gateway_log_dropped_total",
-            "Request log entries not written: queue_full or write_failed.",
+            "Request log entries not written: queue_full, write_failed or refused.",
             ["reason"],
             registry=self.registry,
         )
@@ -119,20 +124,54 @@ class RequestLogWriter:
 
     async def _write(self, entries: list[LogEntry]) -> None:
         try:
-            try:
-                await copy_entries(self.engine, entries)
-            except NoPartition:
-                await self.maintain()  # a day the partitions do not reach yet
-                await copy_entries(self.engine, entries)
+            await self._copy(entries)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # whatever the database says, inference goes on
+            if _entries_at_fault(error):
+                await self._split(entries, error)
+                return
             self.dropped.labels("write_failed").inc(len(entries))
             if not self._failing:
                 log.warning("request log: %d entries not written: %r", len(entries), error)
             self._failing = True
             return
-        self.written.inc(len(entries))
+        self._wrote(len(entries))
+
+    async def _copy(self, entries: list[LogEntry]) -> None:
+        try:
+            await copy_entries(self.engine, entries)
+        except NoPartition:
+            await self.maintain()  # a day the partitions do not reach yet
+            await copy_entries(self.engine, entries)
+
+    async def _split(self, entries: list[LogEntry], error: Exception) -> None:
+        """Write ``entries`` (refused as a whole for ``error``) in halves, down to the ones
+        refused on their own, which are dropped."""
+        if len(entries) == 1:
+            self.dropped.labels("refused").inc()
+            log.warning("request log: an entry refused: %s", _short(error))
+            return
+        middle = len(entries) // 2
+        for half in (entries[:middle], entries[middle:]):
+            await self._write(half)
+
+    def _wrote(self, count: int) -> None:
+        self.written.inc(count)
         if self._failing:
             log.info("request log written again")
             self._failing = False
+
+
+def _entries_at_fault(error: Exception) -> bool:
+    """Whether the database refused what a batch holds (a value it cannot take, a row past a
+    limit of its own), not a connection, a pool or a server going away."""
+    if past_database_limit(error):
+        return True
+    outage = (NoPartition, psycopg.OperationalError, psycopg.InterfaceError, *TRANSIENT)
+    return not isinstance(error, outage)
+
+
+def _short(error: Exception) -> str:
+    text = str(error)
+    return text if len(text) <= 200 else f"{text[:200]}..."

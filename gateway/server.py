@@ -120,7 +120,7 @@ class InferenceService:
         self, packet: BlockInferencePacket, context: Context, call: LoggedCall
     ) -> AIOSPacket:
         account = await self.auth.account(context.invocation_metadata())
-        call.account_id = account.id
+        call.identify(account, self.settings.peer_accounts)
         task = parse_packet(packet, self.files)
         if self.quota is not None:
             await self.quota.check(account.id, task.session_id, task.block_id)

@@ -124,6 +124,12 @@ class GatewaySettings(BaseSettings):
     #: The bearer token this gateway presents to other clusters' gateways (an account of
     #: theirs); the caller's own account and cluster ride along in the call's metadata.
     peer_token: str | None = None
+    #: The accounts of this cluster that other clusters' gateways call it as (those their
+    #: ``peer_token``s name; a JSON list of account names). Only a call from one of them may
+    #: say who asked on the other cluster (``x-conduit-origin-account``, ``-cluster``,
+    #: ``x-conduit-parent-request``, logged as the entry's ``origin`` and ``graph_parent``):
+    #: from any other caller those keys are ignored.
+    peer_accounts: list[str] = Field(default_factory=list)
     #: Serve ``/metrics`` (Prometheus) on this port (unset: not served) and host.
     metrics_port: int | None = Field(None, ge=0, le=65535)
     metrics_host: str = "127.0.0.1"

@@ -11,6 +11,12 @@ with its own retention policy and there is nothing to maintain. Rows are written
 with ``COPY`` (:func:`copy_entries`). Request ids are UUIDv7 (:func:`core.ids.new_request_id`):
 a lookup by id is bounded in time by the id itself, so it reads one partition.
 
+Every field is bounded (:func:`bounded_text`, :func:`bounded_payload`): ``session_id``,
+``block_id`` and ``origin`` keep at most :data:`KEY_CHARS` characters and ``error``
+:data:`ERROR_CHARS`, a cut value ending in :data:`CUT` (no NUL, which ``text`` cannot hold);
+a payload (``data``, ``frame_ptr``, ``query_parameters``, ``output_ptr``) larger than its bound
+is logged empty, since half a payload is no payload.
+
 Reads (:func:`find`) filter by session, block, request, account and a time range, oldest
 first, paged by a cursor on ``(ts, request_id)``.
 """
@@ -50,6 +56,13 @@ COLUMNS = (
     "graph_parent",
 )
 _PARTITION = re.compile(rf"{TABLE}_p(\d{{8}})")
+#: Characters kept of a key column (``session_id``, ``block_id``, ``origin``): every session id
+#: the gateway takes whole, and well under what a btree index entry may hold (2,704 bytes).
+KEY_CHARS = 256
+#: Characters kept of an ``error``.
+ERROR_CHARS = 1024
+#: What ends a cut text value.
+CUT = "…"
 #: How far a request's ``ts`` may be from the time its id was drawn.
 ID_SLACK = timedelta(minutes=1)
 
@@ -75,6 +88,20 @@ class LogEntry:
 
     def row(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in COLUMNS)
+
+
+def bounded_text(value: str, limit: int) -> str:
+    """``value`` with NUL replaced (``U+FFFD``) and cut to ``limit`` characters, the last of
+    them :data:`CUT`."""
+    value = value.replace("\x00", "\ufffd")
+    if len(value) <= limit:
+        return value
+    return value[: limit - len(CUT)] + CUT
+
+
+def bounded_payload(value: bytes, limit: int) -> bytes:
+    """``value``, or nothing when it is larger than ``limit`` bytes."""
+    return value if len(value) <= limit else b""
 
 
 class NoPartition(Exception):

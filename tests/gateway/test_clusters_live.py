@@ -1,6 +1,7 @@
 """Two clusters on loopback (``tests.fixtures.two_clusters``): each gateway registers itself,
 heartbeats and publishes its blocks; a block of the other cluster runs through that cluster's
-gateway; a graph whose steps alternate between the clusters answers as one; a gateway killed
+gateway, logged there with its origin (a forged origin from an ordinary account is not); a
+graph whose steps alternate between the clusters answers as one; a gateway killed
 mid-graph fails the graph naming the step, nothing run twice; a dead gateway is no longer
 routed to, its record kept and marked."""
 
@@ -18,6 +19,7 @@ import redis
 from sqlalchemy import create_engine, text
 
 from conduit.services import ServiceUrls
+from gateway.call_log import ORIGIN_ACCOUNT, ORIGIN_CLUSTER, PARENT_REQUEST
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.admin import Admin
@@ -54,8 +56,9 @@ def clusters(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[TwoClusters]:
     logdir: Path = tmp_path_factory.mktemp("cluster-b-logs")
+    logging = {"CONDUIT_GATEWAY_LOG": "true", "CONDUIT_GATEWAY_LOG_FLUSH_INTERVAL": "0.05"}
     with two_clusters(
-        launcher, admin, database_url, services.database_url, redis_url, logdir
+        launcher, admin, database_url, services.database_url, redis_url, logdir, logging
     ) as world:
         yield world
 
@@ -92,6 +95,62 @@ def test_a_block_of_the_other_cluster_runs_there(clusters: TwoClusters) -> None:
     on_b = clusters.b.predictions(clusters.peer_on_b)
     assert [p["input"] for p in on_b][-1] == {"prompt": "far"}
     assert len(clusters.a.predictions(clusters.user[0])) == before_a  # nothing ran here
+
+
+def logged(database_url: str, where: str, **params: Any) -> list[dict[str, Any]]:
+    """The request log's entries in a cluster's database matching ``where``."""
+    engine = create_engine(database_url.replace("postgresql://", "postgresql+psycopg://"))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT request_id, session_id, block_id, origin, graph_parent, account_id"
+                    f" FROM block_inference WHERE {where} ORDER BY ts"
+                ),
+                params,
+            )
+            return [dict(row._mapping) for row in rows]
+    finally:
+        engine.dispose()
+
+
+def test_only_a_peer_says_where_a_call_came_from(clusters: TwoClusters) -> None:
+    """A call cluster-123's gateway sends on to cluster-456 is logged there with its origin
+    (``account@cluster``) and the request it is a step of; the same metadata sent by an
+    ordinary account (not one of ``peer_accounts``) is ignored: no origin, no parent."""
+    user, token = clusters.user
+    session = f"o-{uuid.uuid4().hex[:8]}"
+    packet = BlockInferencePacket(block_id=B_BLOCKS[0], session_id=session, data="{}")
+    assert _code(clusters, packet) == grpc.StatusCode.OK
+    (here,) = wait_for(
+        lambda: logged(clusters.a.database_url, "session_id = :s", s=session),
+        "the call logged on cluster-123",
+    )
+    (there,) = wait_for(
+        lambda: logged(clusters.b.database_url, "graph_parent = :r", r=here["request_id"]),
+        "the call sent on logged on cluster-456 as a step of it",
+    )
+    assert there["origin"] == f"{user}@{CLUSTER_A}" and there["block_id"] == B_BLOCKS[0]
+
+    forged = f"f-{uuid.uuid4().hex[:8]}"
+    metadata = [
+        ("authorization", f"Bearer {token}"),
+        (ORIGIN_ACCOUNT, "someone-else"),
+        (ORIGIN_CLUSTER, CLUSTER_B),
+        (PARENT_REQUEST, str(here["request_id"])),
+    ]
+    with grpc.insecure_channel(clusters.a.address) as channel:
+        BlockInferenceServiceStub(channel).infer(
+            BlockInferencePacket(block_id=A_BLOCKS[0], session_id=forged, data="{}"),
+            metadata=metadata,
+            timeout=60,
+        )
+    (entry,) = wait_for(
+        lambda: logged(clusters.a.database_url, "session_id = :s", s=forged),
+        "the forged call logged",
+    )
+    assert entry["origin"] is None and entry["graph_parent"] is None
+    assert entry["account_id"] == here["account_id"] is not None
 
 
 def test_a_graph_alternating_between_clusters(clusters: TwoClusters) -> None:

@@ -1,15 +1,19 @@
 """The request log live: a gateway that logs (``CONDUIT_GATEWAY_LOG=true``) against the
 session's stack, its entries read through the api's seed paths (each filter, paging, own entries
 only, an admin's view of all); and a gateway whose log database is stopped still answers every
-call, its entries dropped and counted, and logs again once the database is back."""
+call, its entries dropped and counted, and logs again once the database is back. An
+unauthenticated call is logged without its payload; a call whose fields the database could not
+hold (a session id of 100,000 characters) does not cost the entries written with it."""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit import admin as conduit_admin
 from conduit.cli import migrate
+from core.ids import new_request_id
 from core.ports import free_port
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
@@ -35,7 +40,7 @@ from tests.fixtures.servers import PostgresServer, create_database
 from tests.fixtures.waiting import until, wait_for
 from tests.gateway.conftest import EchoExecutor
 from tracker.db import make_engine
-from tracker.request_log import find
+from tracker.request_log import LogEntry, find
 
 METRICS_PORT = free_port()
 
@@ -51,6 +56,31 @@ def logging_gateway(live: Live, launcher: Launcher) -> Iterator[str]:
     )
     yield address
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def paired_gateway(live: Live, launcher: Launcher) -> Iterator[str]:
+    """A logging gateway that writes entries two at a time (a lone one after 5 s): the two
+    calls a test makes in a row share one ``COPY``."""
+    proc, address = launcher.gateway(
+        {
+            "CONDUIT_GATEWAY_LOG": "true",
+            "CONDUIT_GATEWAY_LOG_BATCH": "2",
+            "CONDUIT_GATEWAY_LOG_FLUSH_INTERVAL": "5",
+        }
+    )
+    yield address
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def root(admin: Admin) -> str:
+    """An admin's token: it reads every account's entries, and those of no account."""
+    return admin._run(
+        lambda engine: conduit_admin.create_account(
+            engine, f"log-root-{uuid.uuid4().hex[:6]}", True
+        )
+    )
 
 
 def infer(address: str, token: str, **fields: Any) -> grpc.StatusCode:
@@ -141,6 +171,64 @@ def test_calls_are_logged_and_read_by_the_seeds_paths(
     assert httpx.get(f"{stack.api_url}/logs/session/{session}").status_code == 401
 
 
+def test_a_huge_session_id_does_not_cost_another_accounts_entry(
+    paired_gateway: str, live: Live, stack: Stack, token: str, admin: Admin
+) -> None:
+    """One call with a session id of 100,000 characters (refused: longer than 256) and another
+    account's call, written in the same ``COPY``: both are logged, the long id cut to 256
+    characters, its end marked."""
+    huge_block, other_block = (f"blk-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    huge = secrets.token_hex(50_000)  # random: Postgres cannot compress it into its index
+    code = infer(paired_gateway, token, block_id=huge_block, session_id=huge, seq_no=1)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    other = admin.create_account(f"log-other-{uuid.uuid4().hex[:6]}")
+    assert infer(paired_gateway, other, block_id=other_block, seq_no=1) == (
+        grpc.StatusCode.NOT_FOUND
+    )
+    theirs = wait_for(
+        lambda: logs(stack, other, f"/logs/block/{other_block}")["results"],
+        "the other account's entry logged",
+    )
+    assert [r["status"] for r in theirs] == ["NOT_FOUND"]
+    (mine,) = logs(stack, token, f"/logs/block/{huge_block}")["results"]
+    assert mine["status"] == "INVALID_ARGUMENT"
+    assert mine["session_id"] == huge[:255] + "…"
+    assert len(mine["error"]) <= 1024
+
+
+def test_an_unauthenticated_call_is_logged_without_its_payload(
+    paired_gateway: str, live: Live, stack: Stack, token: str, root: str
+) -> None:
+    """A call with no valid token carrying 4 MiB (``frame_ptr``, ``query_parameters``,
+    ``output_ptr``, ``data``) keeps none of it in the log; an account's call made after it
+    shows when it has been written."""
+    session, marker = (f"sess-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    code = infer(
+        paired_gateway,
+        "not-a-token",
+        block_id=live.block,
+        session_id=session,
+        frame_ptr=b"f" * (3 * 1024 * 1024),
+        query_parameters=json.dumps({"q": "q" * 512 * 1024}),
+        output_ptr=json.dumps({"graph": {"x": "o" * 256 * 1024}}),
+        data=json.dumps({"prompt": "d" * 1024}),
+    )
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    assert infer(paired_gateway, token, block_id=live.block, session_id=marker) == (
+        grpc.StatusCode.OK
+    )
+    wait_for(
+        lambda: logs(stack, token, f"/logs/session/{marker}")["results"],
+        "the call made after it logged",
+        timeout=60,
+    )
+    # Entries are written in the order the calls ended: the stranger's is written by now.
+    for row in logs(stack, root, f"/logs/session/{session}")["results"]:
+        assert row["account_id"] is None and row["status"] == "UNAUTHENTICATED"
+        payload = [row[f] for f in ("frame_ptr", "query_parameters", "output_ptr", "data")]
+        assert not any(payload), [len(p or "") for p in payload]
+
+
 def test_the_gateway_serves_its_metrics(logging_gateway: str, live: Live, token: str) -> None:
     """Calls by status, their latency, and the log's rows, on ``/metrics``."""
     assert infer(logging_gateway, token, block_id=live.block) == grpc.StatusCode.OK
@@ -226,6 +314,53 @@ async def test_inference_answers_with_the_log_database_stopped(
     await call("after", 3)
     await until(lambda: _logged(log_engine, "after", 3), "logging again once the database is back")
     assert await find(log_engine, account_id=None, session_id="during") == []
+
+
+async def test_a_refused_entry_costs_only_itself(engine: AsyncEngine) -> None:
+    """A batch holding entries Postgres cannot take (a session id too long for its index, a NUL
+    in a text column) is written again in halves: its other entries are kept, the refused ones
+    dropped and counted (``refused``)."""
+    writer = RequestLogWriter(engine, batch=6, flush_interval=5)
+    await writer.start()
+    session = f"s-{uuid.uuid4().hex[:8]}"
+    try:
+        for seq_no in range(1, 7):
+            fields: dict[str, Any] = {}
+            if seq_no == 2:
+                fields["session_id"] = secrets.token_hex(50_000)
+            if seq_no == 4:
+                fields["block_id"] = "blk-\x00"
+            writer.record(_entry(session, seq_no, **fields))  # six at once: one batch
+        await until(lambda: _logged(engine, session, 4), "the four good entries written")
+        rows = await find(engine, account_id=None, session_id=session)
+        assert [row["seq_no"] for row in rows] == [1, 3, 5, 6]
+        refused = writer.registry.get_sample_value(
+            "conduit_gateway_log_dropped_total", {"reason": "refused"}
+        )
+        assert refused == 2
+    finally:
+        await writer.close(timeout=1)
+
+
+def _entry(session: str, seq_no: int, **fields: Any) -> LogEntry:
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {
+        "request_id": new_request_id(int(now.timestamp() * 1000)),
+        "session_id": session,
+        "block_id": "blk-aaaa",
+        "seq_no": seq_no,
+        "ts": now,
+        "frame_ptr": b"",
+        "data": b"{}",
+        "query_parameters": b"",
+        "output_ptr": b"",
+        "status": "OK",
+        "error": None,
+        "latency_ms": 1.0,
+        "account_id": None,
+        **fields,
+    }
+    return LogEntry(**values)
 
 
 async def _true(value: bool) -> bool:
