@@ -24,6 +24,7 @@ from typing import Any
 
 from gateway.errors import InvalidArgument, ResourceExhausted, Unavailable
 from gateway.task import InputFile, Task
+from tracker.files.quota import QuotaExceeded
 from tracker.files.service import Files, clean_content_type, clean_name
 from tracker.files.store import StoreUnavailable, TooLarge
 
@@ -99,6 +100,8 @@ async def _store(files: Files, account_id: int, file: InputFile, index: int) -> 
     content_type = clean_content_type(given_type if isinstance(given_type, str) else guessed)
     try:
         return await files.save_upload(account_id, name, content_type, _chunks(file.data), {})
+    except QuotaExceeded as error:  # the account's uploads, whichever door they came through
+        raise ResourceExhausted(str(error), f"files[{index}]") from None
     except TooLarge:
         raise ResourceExhausted(
             f"larger than the file store takes ({files.settings.max_bytes} bytes)",

@@ -36,8 +36,9 @@ class FileSettings(BaseSettings):
     s3_prefix: str = ""
     #: Largest upload, and largest output file, in bytes.
     max_bytes: int = Field(100 * MIB, ge=1)
-    #: Live uploads one account may hold (0: no limit); past it, 403 ``file_quota``.
-    account_max_files: int = Field(1000, ge=0)
+    #: Live uploads one account may hold (0: no limit); past it, 403 ``file_quota``. A
+    #: gateway task's files are uploads too (``RESOURCE_EXHAUSTED`` past it).
+    account_max_files: int = Field(10000, ge=0)
     #: Bytes one account's live uploads may take together (0: no limit); past it, 413
     #: ``file_quota`` and nothing kept.
     account_max_bytes: int = Field(10 * 1024 * MIB, ge=0)
