@@ -15,6 +15,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import grpc
+
 from gateway.errors import Unauthenticated
 from tracker.catalog import AccountInfo
 
@@ -49,6 +51,11 @@ class TokenAuth:
         #: token -> (expires, account or None); the oldest answer first.
         self._cache: OrderedDict[str, tuple[float, AccountInfo | None]] = OrderedDict()
         self._loading: dict[str, asyncio.Task[AccountInfo | None]] = {}
+
+    async def authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> AccountInfo:
+        """The call's account, from its metadata (what :class:`gateway.admission.Admission`
+        calls before the call's message is read)."""
+        return await self.account(context.invocation_metadata())
 
     async def account(self, metadata: Iterable[tuple[str, Any]] | None) -> AccountInfo:
         token = bearer_token(metadata)

@@ -39,7 +39,7 @@ from typing import Any
 
 import grpc
 
-from gateway.auth import TokenAuth
+from gateway.admission import caller
 from gateway.errors import DeadlineExceeded, NotFound, abort_with, status_of
 from gateway.executor import Executor
 from gateway.oip_directory import ModelDescription, ModelDirectory, TensorSpec
@@ -112,13 +112,11 @@ def _metadata(description: ModelDescription) -> ModelMetadataResponse:
 class OpenInferenceService:
     def __init__(
         self,
-        auth: TokenAuth,
         executor: Executor,
         settings: GatewaySettings,
         directory: ModelDirectory,
         quota: Quota | None = None,
     ) -> None:
-        self.auth = auth
         self.executor = executor
         self.settings = settings
         self.directory = directory
@@ -165,7 +163,7 @@ class OpenInferenceService:
         await context.abort(code, message)
 
     async def _model(self, name: str, version: str, context: Context) -> ModelDescription:
-        account = await self.auth.account(context.invocation_metadata())
+        account = caller()
         description = await self.directory.model(account, name) if name else None
         if description is None:
             raise NotFound(f"no model {name!r}", "name")
@@ -184,7 +182,7 @@ class OpenInferenceService:
             await abort_with(context, error)
 
     async def _infer(self, request: ModelInferRequest, context: Context) -> ModelInferResponse:
-        account = await self.auth.account(context.invocation_metadata())
+        account = caller()
         sequence = sequence_of(request)
         task = task_of(request, sequence.id, sequence.seq_no or 0)
         if self.quota is not None:
@@ -203,7 +201,7 @@ class OpenInferenceService:
         self, requests: AsyncIterator[ModelInferRequest], context: Context
     ) -> None:
         try:
-            account = await self.auth.account(context.invocation_metadata())
+            account = caller()
             await _Stream(self, account, context).serve(requests)
             return
         except asyncio.CancelledError:

@@ -1,6 +1,7 @@
 """The gateway's gRPC server: ``BlockInferenceService.infer`` and ``grpc.health.v1``.
 
-``infer`` authenticates the call (:mod:`gateway.auth`), parses its packet into a task
+``infer`` takes the account :mod:`gateway.admission` authenticated before its message was
+read (:mod:`gateway.auth`), parses its packet into a task
 (:mod:`gateway.task`), checks its quota (:mod:`gateway.quota`), runs it on the
 :class:`gateway.executor.Executor` within the call's deadline (or ``default_deadline``), and
 answers an ``AIOSPacket`` carrying the task's ``session_id``/``seq_no``, the result as JSON and
@@ -27,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.ids import new_request_id
 from core.metrics import MetricsServer
 from gateway import oip
+from gateway.admission import Admission, caller
 from gateway.auth import TokenAuth
 from gateway.call_log import CURRENT_REQUEST, LoggedCall, log_entry
 from gateway.cluster import ClusterMembership
@@ -56,7 +58,6 @@ Context = grpc.aio.ServicerContext[BlockInferencePacket, AIOSPacket]
 class InferenceService:
     def __init__(
         self,
-        auth: TokenAuth,
         executor: Executor,
         settings: GatewaySettings,
         sessions: Sessions | None = None,
@@ -64,7 +65,6 @@ class InferenceService:
         request_log: RequestLogWriter | None = None,
         metrics: GatewayMetrics | None = None,
     ) -> None:
-        self.auth = auth
         self.executor = executor
         self.settings = settings
         #: Replay and order by ``(session_id, seq_no)``; None: every task simply runs.
@@ -119,7 +119,7 @@ class InferenceService:
     async def _infer(
         self, packet: BlockInferencePacket, context: Context, call: LoggedCall
     ) -> AIOSPacket:
-        account = await self.auth.account(context.invocation_metadata())
+        account = caller()
         call.identify(account, self.settings.peer_accounts)
         task = parse_packet(packet, self.files)
         if self.quota is not None:
@@ -199,16 +199,15 @@ async def start(
 ) -> Gateway:
     """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
     by ``directory``: none without one) and health."""
-    server = grpc.aio.server(options=settings.message_options)
+    admission = Admission(
+        auth.authenticate, settings.max_message_bytes, settings.max_bytes_in_flight
+    )
+    server = grpc.aio.server(options=settings.server_options, interceptors=[admission])
     server.add_generic_rpc_handlers(
-        [handler(InferenceService(auth, executor, settings, sessions, quota, request_log, metrics))]
+        [handler(InferenceService(executor, settings, sessions, quota, request_log, metrics))]
     )
     server.add_generic_rpc_handlers(
-        [
-            oip.handler(
-                oip.OpenInferenceService(auth, executor, settings, directory or NoModels(), quota)
-            )
-        ]
+        [oip.handler(oip.OpenInferenceService(executor, settings, directory or NoModels(), quota))]
     )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -38,6 +38,32 @@ class GatewaySettings(BaseSettings):
             ("grpc.max_send_message_length", limit),
         ]
 
+    #: Concurrent calls (HTTP/2 streams) one connection may have open; more wait for one to
+    #: end. gRPC's transport buffers the message of each open stream, so a connection holds at
+    #: most this many times ``max_message_bytes`` of messages not yet read.
+    max_concurrent_streams: int = Field(32, ge=1)
+    #: Bytes of request messages the gateway reads and keeps at once for authenticated calls:
+    #: a read reserves ``max_message_bytes`` until the message's size is known, then holds that
+    #: size until its call ends; past this, reads wait. (A call is authenticated before any of
+    #: its message is read; tokenless methods — health, ``ServerLive``... — read one message
+    #: at a time, apart.)
+    max_bytes_in_flight: int = Field(256 * MIB, ge=1024)
+
+    @property
+    def server_options(self) -> list[tuple[str, int]]:
+        """The server's gRPC options: :attr:`message_options`; the streams per connection,
+        counted as HTTP/2 counts them (gRPC's "overload protection" also counts streams that
+        ended but whose calls Python has not yet let go of, and refuses a client that keeps
+        to the limit: ``UNAVAILABLE``); no bandwidth-delay probing: with it, the transport's
+        window grows to let megabytes of a call's message arrive before the call is refused
+        (a message being read still gets the window its length asks for)."""
+        return [
+            *self.message_options,
+            ("grpc.max_concurrent_streams", self.max_concurrent_streams),
+            ("grpc.http2.bdp_probe", 0),
+            ("grpc.http.overload_protection", 0),
+        ]
+
     #: Files one task (``files``) may carry, and their bytes in all: past either, the task is
     #: refused (``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``) before any is stored.
     task_max_files: int = Field(64, ge=0)

@@ -15,7 +15,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import orjson
@@ -23,6 +22,7 @@ import pytest
 
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
+from tests.fixtures.memory import peak_rss, reset_peak_rss
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.waiting import pace, wait_for
 
@@ -107,18 +107,6 @@ def problem_of(answer: bytes) -> dict[str, object]:
     assert b"content-type: application/problem+json" in head.lower(), head
     problem: dict[str, object] = orjson.loads(body)
     return problem
-
-
-def peak_rss(pid: int) -> int:
-    """The process's peak resident memory in bytes since :func:`reset_peak_rss`."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
-def reset_peak_rss(pid: int) -> None:
-    Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
 def closed_by_peer(sock: socket.socket) -> bool:
