@@ -56,6 +56,7 @@ from lane.settings import LaneSettings
 from tracker import catalog, keys
 from tracker.capabilities import StreamUrlSettings
 from tracker.catalog_cache import Catalog
+from tracker.catalog_generation import CatalogGeneration
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
@@ -172,7 +173,7 @@ async def _open(
         engine=engine,
         redis=redis,
         queue=queue,
-        catalog=Catalog(engine, settings.cache_ttl),
+        catalog=Catalog(engine, settings.cache_ttl, CatalogGeneration(redis)),
         auth=Authenticator(functools.partial(catalog.account_for_token, engine), settings),
         stream_signer=signer,
         events=EventLog(redis, settings.events_retention),

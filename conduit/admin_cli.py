@@ -18,17 +18,34 @@ from tracker.priority import Priority
 T = TypeVar("T")
 
 
-def _with_engine(work: Callable[[Any], Awaitable[T]]) -> T:
+def _with_engine(work: Callable[[Any], Awaitable[T]], *, catalog_change: bool = False) -> T:
+    """Run ``work`` on the database; with ``catalog_change``, then tell every process's
+    catalogue cache (over Redis) that what they cached changed."""
     from tracker.db import make_engine
 
     async def main() -> T:
         engine = make_engine(database_url(), pool_size=2)
         try:
-            return await work(engine)
+            done = await work(engine)
         finally:
             await engine.dispose()
+        if catalog_change:
+            await _announce_catalog_change()
+        return done
 
     return run_async(main())
+
+
+async def _announce_catalog_change() -> None:
+    from api.settings import ApiSettings
+    from tracker.catalog_generation import CatalogGeneration
+    from tracker.redis_connect import connect
+
+    redis = connect(ApiSettings().redis_url)
+    try:
+        await CatalogGeneration(redis).bump()
+    finally:
+        await redis.aclose()
 
 
 def cmd_create_account(args: argparse.Namespace) -> None:
@@ -76,7 +93,8 @@ def cmd_create_model(args: argparse.Namespace) -> None:
                 args.runner_url,
                 visibility=args.visibility,
                 runner_token=args.runner_token or os.environ.get("CONDUIT_RUNNER_TOKEN") or None,
-            )
+            ),
+            catalog_change=True,
         )
     )
 
@@ -97,7 +115,8 @@ def cmd_create_deployment(args: argparse.Namespace) -> None:
             visibility=args.visibility,
             grants=args.grant,
             allow_high_priority=args.allow_high_priority,
-        )
+        ),
+        catalog_change=True,
     )
     print(f"{deployment.full_name} release {deployment.release_number}: {deployment.version_id}")
 
@@ -133,21 +152,38 @@ def cmd_grant(args: argparse.Namespace) -> None:
     from conduit import admin
 
     kind, name = _kind(args)
-    print("\n".join(_with_engine(lambda engine: admin.grant(engine, args.accounts, kind, name))))
+    print(
+        "\n".join(
+            _with_engine(
+                lambda engine: admin.grant(engine, args.accounts, kind, name), catalog_change=True
+            )
+        )
+    )
 
 
 def cmd_revoke(args: argparse.Namespace) -> None:
     from conduit import admin
 
     kind, name = _kind(args)
-    print("\n".join(_with_engine(lambda engine: admin.revoke(engine, args.accounts, kind, name))))
+    print(
+        "\n".join(
+            _with_engine(
+                lambda engine: admin.revoke(engine, args.accounts, kind, name), catalog_change=True
+            )
+        )
+    )
 
 
 def cmd_set_visibility(args: argparse.Namespace) -> None:
     from conduit import admin
 
     kind, name = _kind(args)
-    print(_with_engine(lambda engine: admin.set_visibility(engine, kind, name, args.visibility)))
+    print(
+        _with_engine(
+            lambda engine: admin.set_visibility(engine, kind, name, args.visibility),
+            catalog_change=True,
+        )
+    )
 
 
 def cmd_entitle_priority(args: argparse.Namespace) -> None:
@@ -159,7 +195,8 @@ def cmd_entitle_priority(args: argparse.Namespace) -> None:
         _with_engine(
             lambda engine: admin.entitle_priority(
                 engine, args.account, args.deployment, not args.withdraw
-            )
+            ),
+            catalog_change=True,
         )
     )
 

@@ -48,6 +48,7 @@ from director.trainings import TrainingResults
 from protocol.client import RunnerClient
 from tracker.batch_writes import StateWrites
 from tracker.capabilities import StreamUrlSettings
+from tracker.catalog_generation import CatalogGeneration
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
@@ -336,7 +337,11 @@ async def serve(settings: DirectorSettings) -> None:
             webhook_url=receiver.webhook_url,
             metrics=metrics,
             output=output,
-            trainings=TrainingResults(engine, files) if settings.job_kind == "training" else None,
+            trainings=(
+                TrainingResults(engine, files, CatalogGeneration(redis))
+                if settings.job_kind == "training"
+                else None
+            ),
         )
         receiver.probes = Probes(
             director,

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.outcomes import OutputRefused
 from tracker import catalog_admin
+from tracker.catalog_generation import CatalogGeneration
 from tracker.files.data_urls import DataUrlKeeper
 from tracker.files.links import delivery_file_id
 from tracker.files.service import Files
@@ -47,9 +48,13 @@ class _WeightsSaver:
 
 
 class TrainingResults:
-    def __init__(self, engine: AsyncEngine, files: Files) -> None:
+    def __init__(
+        self, engine: AsyncEngine, files: Files, generation: CatalogGeneration | None = None
+    ) -> None:
+        """``generation``: announces the new version to every process's catalogue cache."""
         self.engine = engine
         self.files = files
+        self.generation = generation
 
     async def publish(self, row: Mapping[Any, Any], output: Any) -> dict[str, str]:
         """The training's output as Replicate words it: ``version``, the destination's new
@@ -68,6 +73,8 @@ class TrainingResults:
             )
         except LookupError as error:
             raise TrainingUnpublished(f"the trained version cannot be made: {error}") from error
+        if self.generation is not None:  # the destination's latest version is seen at once
+            await self.generation.bump()
         # Replicate's form, which its clients parse: ``owner/name:<version id>``.
         return {"version": f"{row['destination']}:{version}", "weights": url}
 

@@ -1,8 +1,9 @@
 """Per-process read-through caches for what every request looks up (models, versions, ...).
 
-These change rarely and are read on every create, by the api and by the gateway alike; a short
-TTL keeps a new release or a revoked grant visible within seconds without a Postgres round trip
-per request. (The api caches tokens apart, in ``api.auth``.)
+These change rarely and are read on every create, by the api and by the gateway alike, without
+a Postgres round trip per request. A change announced over Redis is seen by the next read in
+every process (``tracker.catalog_generation``); a short TTL bounds the rest (a revoked grant,
+a change whose announcement was lost). (The api caches tokens apart, in ``api.auth``.)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from jsonschema import Draft7Validator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tracker import catalog
+from tracker.catalog_generation import CatalogGeneration
 from tracker.input_checks import build_validator
 
 K = TypeVar("K", bound=Hashable)
@@ -26,43 +28,56 @@ _REFRESH_AHEAD = 0.2
 
 
 class TTLCache(Generic[K, V]):
-    """Entries live ``ttl`` seconds. Concurrent misses of one key share one load, and an entry
-    in the last fifth of its life is refreshed in the background while it is still served: a
-    busy server never stalls all its requests on the same expiry."""
+    """Entries live ``ttl`` seconds, or until the catalogue's generation moves on (a ``get``
+    given a generation reloads an entry cached under another). Concurrent misses of one key
+    share one load, and an entry in the last fifth of its life is refreshed in the background
+    while it is still served: a busy server never stalls all its requests on the same expiry."""
 
     def __init__(self, ttl: float, max_entries: int = 10_000) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
-        self._entries: dict[K, tuple[float, V]] = {}
-        self._loading: dict[K, asyncio.Task[V]] = {}
+        #: key → (expires at, value, generation it was loaded under).
+        self._entries: dict[K, tuple[float, V, int | None]] = {}
+        self._loading: dict[K, tuple[int | None, asyncio.Task[V]]] = {}
 
-    async def get(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
+    async def get(
+        self, key: K, load: Callable[[], Awaitable[V]], generation: int | None = None
+    ) -> V:
+        """The cached value, or a fresh one; ``generation``: the catalogue's now (None: go by
+        the TTL alone)."""
         now = time.monotonic()
         hit = self._entries.get(key)
-        if hit is not None and hit[0] > now:
+        if hit is not None and hit[0] > now and generation in (None, hit[2]):
             if hit[0] - now < self.ttl * _REFRESH_AHEAD and key not in self._loading:
-                self._load(key, load)
+                self._load(key, load, generation)
             return hit[1]
-        loading = self._loading.get(key) or self._load(key, load)
-        return await asyncio.shield(loading)
+        loading = self._loading.get(key)
+        if loading is None or generation not in (None, loading[0]):
+            task = self._load(key, load, generation)
+        else:
+            task = loading[1]
+        return await asyncio.shield(task)
 
     def discard(self, key: K) -> None:
         """Forget ``key`` now (this process changed it): the next get loads it."""
         self._entries.pop(key, None)
 
-    def _load(self, key: K, load: Callable[[], Awaitable[V]]) -> asyncio.Task[V]:
+    def _load(
+        self, key: K, load: Callable[[], Awaitable[V]], generation: int | None
+    ) -> asyncio.Task[V]:
         async def run() -> V:
             try:
                 value = await load()
             finally:
-                del self._loading[key]
+                if self._loading.get(key, (None, None))[1] is task:
+                    del self._loading[key]
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()
-            self._entries[key] = (time.monotonic() + self.ttl, value)
+            self._entries[key] = (time.monotonic() + self.ttl, value, generation)
             return value
 
         task = asyncio.create_task(run())
-        self._loading[key] = task
+        self._loading[key] = (generation, task)
         # A background refresh that fails is retried by the next request; its error must not
         # be reported as never retrieved.
         task.add_done_callback(lambda done: done.cancelled() or done.exception())
@@ -74,11 +89,16 @@ class Catalog:
 
     Models, versions and deployments are looked up for an account: one it may not see is
     None, exactly as one that does not exist. Entries are shared by every account; what each
-    account was granted is cached per account, with the same TTL.
+    account was granted is cached per account, with the same TTL. With a ``generation``
+    (``tracker.catalog_generation``) every lookup first reads it, and a change committed by any
+    process that announced it (:meth:`changed`) is seen at once.
     """
 
-    def __init__(self, engine: AsyncEngine, ttl: float) -> None:
+    def __init__(
+        self, engine: AsyncEngine, ttl: float, generation: CatalogGeneration | None = None
+    ) -> None:
         self.engine = engine
+        self.generation = generation
         self._versions: TTLCache[str, tuple[catalog.VersionInfo, Draft7Validator | None] | None] = (
             TTLCache(ttl)
         )
@@ -93,7 +113,8 @@ class Catalog:
         version: str | None = None,
     ) -> None:
         """Drop what this process just changed, so that its next read is fresh (other
-        processes see the change within the TTL)."""
+        processes see the change within the TTL, or at once once it is announced:
+        :meth:`changed`)."""
         if model is not None:
             self._models.discard(model)
         if deployment is not None:
@@ -101,11 +122,28 @@ class Catalog:
         if version is not None:
             self._versions.discard(version)
 
+    async def changed(
+        self,
+        model: tuple[str, str] | None = None,
+        deployment: tuple[str, str] | None = None,
+        version: str | None = None,
+    ) -> None:
+        """A change this process committed: forgotten here, and announced to every process."""
+        self.forget(model, deployment, version)
+        if self.generation is not None:
+            await self.generation.bump()
+
+    async def _now(self) -> int | None:
+        return None if self.generation is None else await self.generation.current()
+
     async def grants(self, account_id: int) -> catalog.Grants:
         """The private models and deployments granted to the account; a grant or revoke is
-        seen within the TTL, like any other catalog change."""
+        seen like any other catalogue change."""
+        return await self._grants_at(account_id, await self._now())
+
+    async def _grants_at(self, account_id: int, generation: int | None) -> catalog.Grants:
         return await self._grants.get(
-            account_id, lambda: catalog.grants_of(self.engine, account_id)
+            account_id, lambda: catalog.grants_of(self.engine, account_id), generation
         )
 
     async def model(
@@ -113,20 +151,27 @@ class Catalog:
     ) -> catalog.ModelInfo | None:
         """The model, or None when it does not exist or ``account`` may not see it: the two are
         answered alike, so a private name is no oracle."""
-        model = await self._model(owner, name)
+        return await self._visible_model(account, owner, name, await self._now())
+
+    async def _visible_model(
+        self, account: catalog.AccountInfo, owner: str, name: str, generation: int | None
+    ) -> catalog.ModelInfo | None:
+        model = await self._model(owner, name, generation)
         if model is None:
             return None
-        return model if await self._sees(account, model, "model") else None
+        return model if await self._sees(account, model, "model", generation) else None
 
     async def version(
         self, account: catalog.AccountInfo, version_id: str
     ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
         """A version (with its validator) of a model ``account`` sees, else None."""
-        found = await self._version(version_id)
+        generation = await self._now()
+        found = await self._version(version_id, generation)
         if found is None:
             return None
         owner, _, name = found[0].model.partition("/")
-        return found if await self.model(account, owner, name) is not None else None
+        seen = await self._visible_model(account, owner, name, generation)
+        return found if seen is not None else None
 
     async def version_of(
         self, model: catalog.ModelInfo, version_id: str
@@ -134,7 +179,7 @@ class Catalog:
         """A version of ``model``, which the caller has already found visible (a model page
         read from the database): checking again against cached grants could disagree with
         that read for up to a TTL and refuse a model the same answer lists."""
-        found = await self._version(version_id)
+        found = await self._version(version_id, await self._now())
         if found is None or found[0].model != f"{model.owner}/{model.name}":
             return None
         return found
@@ -143,44 +188,51 @@ class Catalog:
         self, account: catalog.AccountInfo, owner: str, name: str
     ) -> catalog.DeploymentInfo | None:
         """The deployment, or None when it does not exist or ``account`` may not see it."""
-        deployment = await self._deployment(owner, name)
+        generation = await self._now()
+        deployment = await self._deployment(owner, name, generation)
         if deployment is None:
             return None
-        return deployment if await self._sees(account, deployment, "deployment") else None
+        seen = await self._sees(account, deployment, "deployment", generation)
+        return deployment if seen else None
 
     async def released_version(
         self, deployment: catalog.DeploymentInfo
     ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
         """The version a deployment runs: whoever may use the deployment may run it, whether
         or not it sees the model."""
-        return await self._version(deployment.version_id)
+        return await self._version(deployment.version_id, await self._now())
 
     async def _sees(
         self,
         account: catalog.AccountInfo,
         thing: catalog.ModelInfo | catalog.DeploymentInfo,
         kind: catalog.Kind,
+        generation: int | None,
     ) -> bool:
         if catalog.sees(account, thing.owner, thing.visibility, granted=False):
             return True  # public or its own: no grants to read
-        grants = await self.grants(account.id)
+        grants = await self._grants_at(account.id, generation)
         return thing.id in (grants.models if kind == "model" else grants.deployments)
 
     async def _version(
-        self, version_id: str
+        self, version_id: str, generation: int | None
     ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
         async def load() -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
             info = await catalog.get_version(self.engine, version_id)
             return None if info is None else (info, build_validator(info.openapi_schema))
 
-        return await self._versions.get(version_id, load)
+        return await self._versions.get(version_id, load, generation)
 
-    async def _model(self, owner: str, name: str) -> catalog.ModelInfo | None:
+    async def _model(
+        self, owner: str, name: str, generation: int | None
+    ) -> catalog.ModelInfo | None:
         return await self._models.get(
-            (owner, name), lambda: catalog.get_model(self.engine, owner, name)
+            (owner, name), lambda: catalog.get_model(self.engine, owner, name), generation
         )
 
-    async def _deployment(self, owner: str, name: str) -> catalog.DeploymentInfo | None:
+    async def _deployment(
+        self, owner: str, name: str, generation: int | None
+    ) -> catalog.DeploymentInfo | None:
         return await self._deployments.get(
-            (owner, name), lambda: catalog.get_deployment(self.engine, owner, name)
+            (owner, name), lambda: catalog.get_deployment(self.engine, owner, name), generation
         )

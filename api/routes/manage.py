@@ -129,7 +129,7 @@ async def _rendered_deployment(
 ) -> FastJSONResponse:
     """The deployment as changed here; whether its version (and the one it ran ``before``) is
     deployed changed too: this process forgets them all."""
-    resources.catalog.forget(
+    await resources.catalog.changed(
         deployment=(deployment.owner, deployment.name), version=deployment.version_id
     )
     if before is not None:
@@ -155,7 +155,7 @@ async def create_model(
         model = await management.create_model(
             resources.engine, account, body.owner, body.name, values
         )
-    resources.catalog.forget(model=(model.owner, model.name))
+    await resources.catalog.changed(model=(model.owner, model.name))
     return FastJSONResponse(render_model(model, None, resources.base_url(request)), 201)
 
 
@@ -183,7 +183,7 @@ async def update_model(
     with _refusals():
         await _check_hardware(resources, changes.get("hardware"), model.hardware)
         model = await management.update_model(resources.engine, model, account, changes)
-    resources.catalog.forget(model=(owner, name))
+    await resources.catalog.changed(model=(owner, name))
     latest = await latest_version(resources, model)
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
 
@@ -195,7 +195,7 @@ async def delete_model(
     model = await visible_model(resources, account, owner, name)
     with _refusals():
         await management.delete_model(resources.engine, model, account)
-    resources.catalog.forget(model=(owner, name))
+    await resources.catalog.changed(model=(owner, name))
     return Response(status_code=204)
 
 
@@ -209,7 +209,7 @@ async def delete_version(
         raise NotFound(f"Version {version_id} of {owner}/{name} does not exist")
     with _refusals():
         await management.delete_version(resources.engine, model, version_id, account)
-    resources.catalog.forget(model=(owner, name), version=version_id)
+    await resources.catalog.changed(model=(owner, name), version=version_id)
     return Response(status_code=204)
 
 
@@ -270,5 +270,5 @@ async def delete_deployment(
     deployment = await visible_deployment(resources, account, owner, name)
     with _refusals():
         await management.delete_deployment(resources.engine, deployment, account)
-    resources.catalog.forget(deployment=(owner, name), version=deployment.version_id)
+    await resources.catalog.changed(deployment=(owner, name), version=deployment.version_id)
     return Response(status_code=204)

@@ -1,0 +1,53 @@
+"""Read-your-writes for the catalogue caches of every process: a generation counter in Redis.
+
+Each process caches models, versions, deployments and grants (``tracker.catalog_cache``) for
+``CONDUIT_API_CACHE_TTL`` seconds. Every writer of the catalogue (the api's management routes,
+a director that makes a trained version, ``conduit admin``) bumps the counter once its change
+is committed; every cached read first reads the counter (one GET) and reloads an entry cached
+under an older one. A write answered by one process is then seen by the next read in any
+other, not a TTL later; the TTL still bounds a change whose bump was lost.
+
+While Redis does not answer, reads serve the cache by its TTL alone (the check is skipped for
+``RETRY_AFTER`` seconds after a failure, so an outage costs no read more than one timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from redis.asyncio import Redis
+
+from core.transient import TRANSIENT
+from tracker.keys import CATALOG_GENERATION_KEY
+
+log = logging.getLogger(__name__)
+
+#: Seconds the counter is not read after a failed read (the TTL alone holds meanwhile).
+RETRY_AFTER = 1.0
+
+
+class CatalogGeneration:
+    def __init__(self, redis: Redis) -> None:
+        self.redis = redis
+        self._failed_at = float("-inf")
+
+    async def current(self) -> int | None:
+        """The counter now; None while Redis does not answer (serve by TTL)."""
+        if time.monotonic() - self._failed_at < RETRY_AFTER:
+            return None
+        try:
+            value = await self.redis.get(CATALOG_GENERATION_KEY)
+        except TRANSIENT as error:
+            self._failed_at = time.monotonic()
+            log.info("catalogue generation unread (caches serve by TTL): %r", error)
+            return None
+        return int(value or 0)
+
+    async def bump(self) -> None:
+        """Say the catalogue changed (after the change is committed). A lost bump is logged:
+        other processes then see the change within their cache's TTL."""
+        try:
+            await self.redis.incr(CATALOG_GENERATION_KEY)
+        except TRANSIENT as error:
+            log.warning("catalogue change not announced (seen within the cache TTL): %r", error)
