@@ -196,16 +196,20 @@ async def create_file(
     max_bytes = files.settings.max_bytes
     boundary = boundary_of(request.headers.get("content-type"))
     declared = _declared_length(request)
+    stream = FormStream(request.stream(), boundary)
+    upload = Upload(stream.events(), FORM_SLACK)
     try:
         if declared is not None and declared > max_bytes + FORM_SLACK:
             raise _too_large(max_bytes)
         if resources.upload_limit is not None:
             await resources.upload_limit.check(account.id)
-        stream = FormStream(request.stream(), boundary)
-        upload = Upload(stream.events(), FORM_SLACK)
         record = await _save(files, account.id, upload)
     except Problem as problem:
-        # The rest of a refused body is not read: the connection goes with the answer.
+        # A little more of a refused body is read, so that a client still sending hears the
+        # answer (one waiting for "100 Continue" and sent nothing yet sends nothing); the rest
+        # is not: the connection goes with the answer.
+        if stream.received or "100-continue" not in request.headers.get("expect", "").lower():
+            await upload.drain()
         problem.headers["Connection"] = "close"
         raise
     except ClientDisconnect:
@@ -235,7 +239,6 @@ async def _save(files: Files, account_id: int, upload: Upload) -> FileRecord:
     except QuotaExceeded as error:
         raise _quota_problem(error) from None
     except TooLarge:
-        await upload.drain()
         raise _too_large(files.settings.max_bytes) from None
     except StoreUnavailable as error:
         raise _store_down(error) from None
