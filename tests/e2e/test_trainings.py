@@ -94,10 +94,21 @@ def _finished(team: Team, training_id: str, timeout: float = 90) -> replicate.tr
     return wait_for(done, f"training {training_id} to end", timeout=timeout)
 
 
+@pytest.fixture
+def reader_url(launcher: Launcher) -> Iterator[str]:
+    """An api replica of its own that caches the catalogue for minutes."""
+    with launcher.own_api({"CONDUIT_API_CACHE_TTL": "300"}) as url:
+        yield url
+
+
 def test_a_training_makes_a_version_that_loads_its_weights(
-    team: Team, launcher: Launcher, logdir: Path, stack: Stack
+    team: Team, launcher: Launcher, logdir: Path, stack: Stack, reader_url: str
 ) -> None:
     owner = team.owner
+    # Another replica, caching the catalogue for minutes, has read the destination already.
+    tuned = f"{reader_url}/v1/models/{owner}/tuned"
+    auth = team.http.headers
+    assert httpx.get(tuned, headers=auth).json()["latest_version"] is None
     with cog_server(TRAINER, logdir, train=True) as trainer, webhook_receiver() as hooks:
         launcher.director(f"{owner}/words", trainer, job_kind="training")
         training = _create(
@@ -139,11 +150,10 @@ def test_a_training_makes_a_version_that_loads_its_weights(
     assert httpx.get(weights).text == "bonjour"  # kept in the file store, served by the api
     assert [t.id for t in team.official.trainings.list().results][:1] == [training.id]
 
-    def latest() -> str | None:  # the api's catalogue sees the new version within its TTL
-        found = team.official.models.get(f"{owner}/tuned").latest_version
-        return found.id if found is not None else None
-
-    assert wait_for(latest, "the trained version listed") == new_version
+    # Every replica sees the new version at once: the director announced it over Redis.
+    found = team.official.models.get(f"{owner}/tuned").latest_version
+    assert found is not None and found.id == new_version
+    assert httpx.get(tuned, headers=auth).json()["latest_version"]["id"] == new_version
     with pytest.raises(ReplicateError) as not_a_prediction:
         team.official.predictions.get(training.id)
     assert not_a_prediction.value.status == 404

@@ -78,3 +78,37 @@ async def test_expired_entry_is_loaded_again_and_errors_reach_the_caller(clock: 
     with pytest.raises(RuntimeError):
         await ttl.get("k", load)
     assert await ttl.get("k", load) == "v3"  # a failed load is not cached
+
+
+async def test_a_newer_generation_reloads_an_entry_cached_under_an_older_one(clock: Clock) -> None:
+    values = iter(["v1", "v2", "v3"])
+
+    async def load() -> str:
+        return next(values)
+
+    ttl: TTLCache[str, str] = TTLCache(ttl=300)
+    assert await ttl.get("k", load, generation=7) == "v1"
+    assert await ttl.get("k", load, generation=7) == "v1"  # same generation: cached
+    assert await ttl.get("k", load, generation=8) == "v2"  # changed elsewhere: loaded again
+    assert await ttl.get("k", load) == "v2"  # generation unknown (Redis away): by TTL alone
+    assert await ttl.get("k", load, generation=9) == "v3"
+
+
+async def test_a_load_under_way_for_an_older_generation_is_not_joined(clock: Clock) -> None:
+    release = asyncio.Event()
+    values = iter(["stale", "fresh", "fresh again"])
+
+    async def load() -> str:
+        value = next(values)
+        if value == "stale":
+            await release.wait()
+        return value
+
+    ttl: TTLCache[str, str] = TTLCache(ttl=300)
+    older = asyncio.ensure_future(ttl.get("k", load, generation=1))
+    await asyncio.sleep(0)  # the older load starts
+    assert await ttl.get("k", load, generation=2) == "fresh"
+    release.set()
+    assert await older == "stale"
+    # What the older load stored is never served under the newer generation.
+    assert await ttl.get("k", load, generation=2) == "fresh again"
