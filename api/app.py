@@ -27,7 +27,6 @@ from api.encoding import RefuseContentEncoding
 from api.limits import BodySizeLimit
 from api.metrics import ApiMetrics, MetricsServer, RequestMetrics
 from api.metrics import router as metrics_router
-from api.rate_limits import CreateRateLimit
 from api.request_ids import RequestIds
 from api.routes import (
     account,
@@ -66,6 +65,7 @@ from tracker.files.retention import RetentionSweep
 from tracker.files.service import Files
 from tracker.files.settings import FileSettings
 from tracker.group_commit import Batcher
+from tracker.rate_limits import CreateRateLimit
 from tracker.redis_connect import require_noeviction
 from tracker.store import insert_predictions
 from tracker.waiter_shares import WaiterShares

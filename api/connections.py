@@ -32,8 +32,8 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 
-from api.auth import address_key
 from api.settings import ApiSettings
+from tracker.token_checks import address_key
 
 log = logging.getLogger(__name__)
 

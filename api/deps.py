@@ -11,7 +11,6 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import Authenticator
-from api.rate_limits import CreateRateLimit
 from api.settings import ApiSettings
 from director.queue import Queue
 from lane.service import Lane
@@ -23,6 +22,7 @@ from tracker.event_hub import EventHub
 from tracker.events import EventLog
 from tracker.files.service import Files
 from tracker.group_commit import Batcher
+from tracker.rate_limits import CreateRateLimit
 from tracker.render import PredictionLinks
 from tracker.store import NewPrediction
 from tracker.webhooks import WebhookPolicy
@@ -100,7 +100,7 @@ AccountDep = Annotated[AccountInfo, Depends(get_account)]
 
 
 async def limit_creates(resources: ResourcesDep, account: AccountDep) -> None:
-    """One create of the account, against its rate (``api.rate_limits``): 429 past it. A
+    """One create of the account, against its rate (``tracker.rate_limits``): 429 past it. A
     dependency of every create route; ``/run`` calls it itself."""
     if resources.create_limit is not None:
         await resources.create_limit.check(account.id)

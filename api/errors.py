@@ -15,8 +15,10 @@ Exception tree::
     ├── PayloadTooLarge     413: body over ``max_body_bytes``
     ├── UnsupportedEncoding 415: a body sent with a ``Content-Encoding`` (never decoded;
     │                            ``code: "unsupported_content_encoding"``)
-    ├── RateLimited         429: too many failed authentications from the client's address
-    │                            (``code: "rate_limited"``, with Retry-After)
+    ├── RateLimited         429: too many failed authentications from the client's address, or
+    │                            an account past its rate of creates or uploads
+    │                            (``tracker.rate_limits.OverRate``; ``code: "rate_limited"``,
+    │                            with Retry-After)
     ├── OutOfCapacity       429: the synchronous lane has no permit for a ``/run``
     │                            (``code: "out_of_capacity"``, with Retry-After)
     ├── RunnerFailed        502: a ``/run`` failed on its runner(s) (``code: "runner_failed"``)
@@ -55,6 +57,7 @@ from core.transient import TRANSIENT, past_database_limit
 from lane import errors as lane_errors
 from lane.events import RejectReason
 from tracker.input_checks import RefusedInput
+from tracker.rate_limits import OverRate
 
 log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
@@ -242,6 +245,12 @@ async def _on_problem(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _on_over_rate(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OverRate)
+    # One at a time (the api's creates and uploads) always fits once on schedule.
+    return await _on_problem(request, RateLimited(exc.detail, exc.retry_after or 1))
+
+
 async def _on_lane(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, lane_errors.LaneError)
     return await _on_problem(request, lane_problem(exc))
@@ -365,6 +374,7 @@ async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(lane_errors.LaneError, _on_lane)
+    app.add_exception_handler(OverRate, _on_over_rate)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(DBAPIError, _on_database)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from api.rate_limits import parse_limit
 from core.nesting import DEPTH_CEILING, MAX_DEPTH
+from tracker.rate_limits import parse_limit
 
 
 class ApiSettings(BaseSettings):

@@ -50,6 +50,7 @@ from tracker import named_graphs
 from tracker.catalog import AccountInfo
 from tracker.events import EventType
 from tracker.input_checks import RefusedInput, canonical_input, check_input
+from tracker.rate_limits import CreateRateLimit, OverRate
 from tracker.store import NewPrediction
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,10 @@ class BlockExecutor:
         self.routes = SessionRoutes(resources.redis, settings.route_ttl)
         self.destinations = Destinations(
             resources.catalog, resources.fleet, settings.cache_ttl, self.routes, resources.remote
+        )
+        #: The account's rate of creates, the api's own (None: not limited).
+        self.create_limit = CreateRateLimit.configured(
+            resources.redis, settings.create_rate_limit, settings.create_rate_burst
         )
         self.search = SearchRoutes(
             settings.cluster_id,
@@ -89,6 +94,7 @@ class BlockExecutor:
                 account, destination, task.data, deadline, task.files, task.frame_ptr
             )
             return TaskResult(answer.data, [OutputFile(*f) for f in answer.files])
+        await self._count_creates(account, 1)
         input, input_json = await self._checked_input(account, destination, task)
         return TaskResult(await self._step(account, destination, input, input_json, deadline))
 
@@ -100,6 +106,7 @@ class BlockExecutor:
             if isinstance(destination, Destination) and not (
                 destination.synchronous and self.resources.lane is not None
             ):
+                await self._count_creates(account, 1)
                 input, input_json = await self._checked_input(account, destination, task)
                 async for item in self._durable(
                     account, destination, input, input_json, deadline, True
@@ -108,6 +115,18 @@ class BlockExecutor:
                 return
         # A graph answers once its leaves have; so does the lane here.
         yield (await self.run(account, task, deadline)).data
+
+    async def _count_creates(self, account: AccountInfo, count: int) -> None:
+        """Count the predictions a task makes against the account's rate of creates (as the
+        api counts its own): past it, ``RESOURCE_EXHAUSTED`` with ``retry-after``."""
+        if self.create_limit is None or count == 0:
+            return
+        try:
+            await self.create_limit.check(account.id, count)
+        except OverRate as over:
+            wait = over.retry_after
+            trailing = (("retry-after", str(wait)),) if wait is not None else ()
+            raise ResourceExhausted(over.detail, trailing=trailing) from None
 
     # -- one block --------------------------------------------------------------------------
 
@@ -297,6 +316,10 @@ class BlockExecutor:
         head = plan.resolved[task.block_id]
         for node in plan.order:
             await self.destinations.check_served(plan.resolved[node])
+        # Every step here is a prediction of its own; another cluster's count there.
+        await self._count_creates(
+            account, sum(isinstance(plan.resolved[node], Destination) for node in plan.order)
+        )
         if isinstance(head, Destination):
             await self._check_with_files(account, head, block_input.compose(task))
             head_input = await block_input.attach_files(self.resources.files, account.id, task)
@@ -351,6 +374,7 @@ class BlockExecutor:
             ) from None
         for destination in compiled.blocks.values():
             await self.destinations.check_served(destination)
+        await self._count_creates(account, len(compiled.blocks))
         self._canonical(block_input.compose(task))
         data = await block_input.attach_files(self.resources.files, account.id, task)
         graph_id = new_prediction_id()

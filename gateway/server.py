@@ -249,6 +249,8 @@ def token_auth(engine: AsyncEngine, settings: GatewaySettings) -> TokenAuth:
         lambda token: account_for_token(engine, token),
         settings.token_cache_ttl,
         settings.tokens_cached,
+        settings.auth_failures_per_minute,
+        settings.auth_failure_burst,
     )
 
 

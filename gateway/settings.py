@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from tracker.rate_limits import parse_limit
 
 MIB = 1024 * 1024
 
@@ -68,6 +70,13 @@ class GatewaySettings(BaseSettings):
     #: refused (``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``) before any is stored.
     task_max_files: int = Field(64, ge=0)
     task_max_file_bytes: int = Field(64 * MIB, ge=0)
+
+    @field_validator("create_rate_limit")
+    @classmethod
+    def _rate(cls, value: str) -> str:
+        parse_limit(value)  # a ValueError names what is wrong
+        return value
+
     #: Seconds a task may take when its call carries no deadline of its own.
     default_deadline: float = Field(600.0, gt=0)
     #: Seconds a session (``session_id``) is remembered after its last task.
@@ -81,8 +90,31 @@ class GatewaySettings(BaseSettings):
     session_answer_max_bytes: int = Field(16 * MIB, ge=0)
     #: Seconds a token's account (or its absence) is remembered in each process.
     token_cache_ttl: float = Field(5.0, ge=0)
-    #: Tokens remembered at most (valid and unknown together); the oldest go first.
+    #: Unknown tokens remembered at most, apart from the valid ones: a flood of made-up tokens
+    #: evicts only its own kind.
     tokens_cached: int = Field(10_000, ge=1)
+    #: Failed authentications an address may make (a token bucket, per process, as the api's
+    #: ``auth_failures_per_minute``/``auth_failure_burst``): past them, tokens this process has
+    #: not verified are refused ``RESOURCE_EXHAUSTED`` with ``retry-after``, with no query.
+    auth_failures_per_minute: float = Field(20.0, gt=0)
+    auth_failure_burst: int = Field(20, ge=1)
+    #: Each account's rate of creates: every prediction a task makes counts, a graph's each
+    #: (counted together before it runs; one with more than the burst is refused). The same
+    #: schedule in Redis as the api's (``CONDUIT_API_CREATE_RATE_LIMIT``, read when this is
+    #: unset): an account's creates count the same through either door. ``off``: no limit.
+    create_rate_limit: str = Field(
+        "600req/min",
+        validation_alias=AliasChoices(
+            "CONDUIT_GATEWAY_CREATE_RATE_LIMIT", "CONDUIT_API_CREATE_RATE_LIMIT"
+        ),
+    )
+    create_rate_burst: int | None = Field(
+        None,
+        ge=1,
+        validation_alias=AliasChoices(
+            "CONDUIT_GATEWAY_CREATE_RATE_BURST", "CONDUIT_API_CREATE_RATE_BURST"
+        ),
+    )
     db_pool_size: int = Field(10, ge=1)
     #: Seconds calls under way get to finish after SIGTERM before they are cancelled.
     shutdown_grace: float = Field(30.0, ge=0)

@@ -2,9 +2,8 @@
 
 Configured from the environment: ``TENANT_RATE_LIMIT_<tenant>=100req/min`` for one tenant (the
 ``X-Tenant-ID`` value; matched exactly, then upper-cased with other characters as ``_``), and
-``TENANT_RATE_LIMIT_default`` for everyone else. Units: ``s``/``sec``/``second``,
-``m``/``min``/``minute``, ``h``/``hour``; ``req`` is optional (``100/min`` works). Without a
-default, tenants without their own line are not limited.
+``TENANT_RATE_LIMIT_default`` for everyone else, each spelt as :class:`core.rates.Limit` reads
+it (``100/min`` works). Without a default, tenants without their own line are not limited.
 
 A sliding *log* rather than fixed windows: a tenant never gets twice its limit across a window
 boundary, and ``resetAt`` is exact (when the oldest counted request leaves the window). The log
@@ -22,37 +21,11 @@ import re
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
+from core.rates import Limit
 from runners.errors import RateLimit, RateLimitedError
 
 PREFIX = "TENANT_RATE_LIMIT_"
-_SPEC = re.compile(r"^\s*(\d+)\s*(?:req(?:uests)?)?\s*/\s*(\d*)\s*([a-z]+)\s*$", re.IGNORECASE)
-_UNITS = {
-    "s": 1.0,
-    "sec": 1.0,
-    "second": 1.0,
-    "m": 60.0,
-    "min": 60.0,
-    "minute": 60.0,
-    "h": 3600.0,
-    "hour": 3600.0,
-}
-
-
-@dataclass(frozen=True)
-class Limit:
-    requests: int
-    window: float
-
-    @classmethod
-    def parse(cls, spec: str) -> Limit:
-        """``100req/min``, ``5/s``, ``1000 req / 2 hour``."""
-        match = _SPEC.match(spec)
-        unit = match and _UNITS.get(match.group(3).lower().removesuffix("s") or "s")
-        if match is None or unit is None or int(match.group(1)) < 1:
-            raise ValueError(f"rate limit {spec!r} is not like '100req/min'")
-        return cls(int(match.group(1)), int(match.group(2) or 1) * unit)
 
 
 def _normalise(tenant: str) -> str:

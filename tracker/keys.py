@@ -28,7 +28,7 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 ``lane:{lane}:members``               sorted set of the api replicas serving the synchronous lane,
                                       by last heartbeat (ms; ``lane.membership``)
 ``ratelimit:{acct-<id>}:create``      an account's rate of creates: when its next one is due
-                                      (µs; ``api.rate_limits``)
+                                      (µs; ``tracker.rate_limits``)
 ``ratelimit:{acct-<id>}:upload``      the same for an account's uploads
 ``gw:{gs-<acct>-<h>}:answers``        a gateway session's stored answers by ``seq_no`` (hash;
                                       ``<h>`` digests the session id; ``gateway.sessions``)
@@ -292,7 +292,7 @@ def lane_loans_key(runner_id: str) -> str:
     return f"lane:{{{LANE_TAG}}}:loans:{runner_id}"
 
 
-# --- Per-account rates (``api.rate_limits``) ----------------------------------------------
+# --- Per-account rates (``tracker.rate_limits``) --------------------------------------
 # One key, and one hash tag, per account: its script names one slot, and a Redis Cluster
 # spreads the accounts over its nodes.
 

@@ -35,7 +35,7 @@ SOURCE = "Only predictions from this source: `api`, `web` or `sync` (the `/run` 
 
 def _create(*statuses: int) -> dict[str, Any]:
     """What a create route declares besides its path: body, headers, problems (``api.openapi``),
-    and the account's rate of creates (``api.rate_limits``)."""
+    and the account's rate of creates (``tracker.rate_limits``)."""
     created = {"description": "The prediction, created (or replayed).", "headers": CREATED_HEADERS}
     return {
         "status_code": 201,

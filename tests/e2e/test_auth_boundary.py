@@ -30,7 +30,7 @@ import pytest
 import redis
 from starlette.requests import Request
 
-from api.auth import AccountCache, FailureBudget, client_address, well_formed
+from api.auth import client_address
 from core.ids import new_api_token
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
@@ -41,6 +41,7 @@ from tests.fixtures.waiting import wait_for
 from tracker import keys
 from tracker.capabilities import DEFAULT_TTL, StreamSigner, Verdict
 from tracker.catalog import AccountInfo
+from tracker.token_checks import AccountCache, FailureBudget, well_formed
 
 pytestmark = pytest.mark.e2e
 

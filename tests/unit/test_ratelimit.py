@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from core.rates import Limit
 from runners.errors import RateLimitedError
-from runners.ratelimit import Limit, TenantRateLimiter
+from runners.ratelimit import TenantRateLimiter
 
 
 class Clock:

@@ -1,6 +1,7 @@
-"""The per-account rate of creates against a real Redis: one schedule for every limiter (every
-api replica) on that Redis, a refusal that costs nothing and says when to retry, and a Redis
-that is away letting creates through."""
+"""The per-account rate of creates (``tracker.rate_limits``) against a real Redis: one schedule
+for every limiter (every api replica and gateway) on that Redis, a refusal that costs nothing
+and says when to retry, several counted at once, and a Redis that is away letting creates
+through."""
 
 from __future__ import annotations
 
@@ -13,11 +14,10 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from api.errors import RateLimited
-from api.rate_limits import CreateRateLimit, Rate, parse_limit
-from runners.ratelimit import Limit
+from core.rates import Limit
 from tests.fixtures.waiting import until
 from tracker import keys
+from tracker.rate_limits import CreateRateLimit, OverRate, Rate, parse_limit
 
 
 def _account() -> int:
@@ -57,11 +57,9 @@ async def test_the_burst_is_shared_by_every_limiter_and_refusals_cost_nothing(
     await two.check(account)
     await one.check(account)
     for limiter in (two, one, two):  # refused on either replica, as often as asked
-        with pytest.raises(RateLimited) as refused:
+        with pytest.raises(OverRate) as refused:
             await limiter.check(account)
-        retry_after = int(refused.value.headers["Retry-After"])
-        assert 1 <= retry_after <= 20
-        assert refused.value.status == 429 and refused.value.code == "rate_limited"
+        assert refused.value.retry_after is not None and 1 <= refused.value.retry_after <= 20
     await two.check(_account())  # another account is not touched
 
 
@@ -71,13 +69,13 @@ async def test_a_refused_account_is_admitted_again_on_schedule(
     limiter = CreateRateLimit(clients[0], Rate(Limit(20, 1.0), burst=1))
     account = _account()
     await limiter.check(account)
-    with pytest.raises(RateLimited):
+    with pytest.raises(OverRate):
         await limiter.check(account)
 
     async def admitted() -> bool:
         try:
             await limiter.check(account)
-        except RateLimited:
+        except OverRate:
             return False
         return True
 
@@ -94,13 +92,28 @@ async def test_a_refused_account_is_admitted_again_on_schedule(
 async def test_redis_away_lets_creates_through_with_one_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="api.rate_limits")
+    caplog.set_level(logging.WARNING, logger="tracker.rate_limits")
     # Nothing listens there; one try per command.
     away = Redis(host="127.0.0.1", port=1, retry=Retry(NoBackoff(), 0))
     limiter = CreateRateLimit(away, Rate(Limit(1, 60.0), burst=1))
     account = _account()
     for _ in range(3):
         await limiter.check(account)  # failing open: no refusal, no error
-    warnings = [r for r in caplog.records if r.name == "api.rate_limits"]
+    warnings = [r for r in caplog.records if r.name == "tracker.rate_limits"]
     assert len(warnings) == 1 and "not applied" in warnings[0].getMessage()
     await away.aclose()
+
+
+async def test_several_at_once_count_all_or_none(clients: tuple[Redis, Redis]) -> None:
+    """A graph's predictions are counted together: they fit the burst whole, or none is
+    counted; more than the burst never fits."""
+    limiter = CreateRateLimit(clients[0], Rate(Limit(5, 60.0), burst=5))
+    account = _account()
+    await limiter.check(account, 3)
+    with pytest.raises(OverRate) as refused:
+        await limiter.check(account, 3)  # 6 of 5: none of the three counted
+    assert refused.value.retry_after is not None
+    await limiter.check(account, 2)  # the two that still fit
+    with pytest.raises(OverRate) as never:
+        await limiter.check(_account(), 6)
+    assert never.value.retry_after is None and "more than the 5" in never.value.detail
