@@ -188,6 +188,11 @@ class Deployment(BaseModel):
     owner: str
     name: str
     current_release: DeploymentRelease
+    withdrawn: str | None = Field(
+        None,
+        description="Why the deployment takes no predictions: its model's owner made the model"
+        " private to the deployment's owner, or deleted the version it runs. Null: it runs.",
+    )
 
 
 class DeploymentPage(BaseModel):

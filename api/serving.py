@@ -118,6 +118,8 @@ async def resolve_deployment(
     deployment = await resources.catalog.deployment(account, owner, name)
     if deployment is None:
         raise NotFound(f"Deployment {owner}/{name} does not exist")
+    if deployment.withdrawal is not None:
+        raise NotFound(deployment.withdrawal)
     found = await resources.catalog.released_version(deployment)
     if found is None:
         raise NotFound(f"Deployment {owner}/{name} runs a version that no longer exists")

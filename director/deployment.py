@@ -8,9 +8,10 @@ from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from director.queue import Queue
+from tracker.catalog import deployment_withdrawn
 from tracker.keys import Target
 from tracker.priority import Priority
-from tracker.tables import Deployment, Version
+from tracker.tables import Deployment, Model, Version
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +113,18 @@ async def load_deployment(
     return replace(info, legacy=tuple(await info.legacy_backlog(queue, old_shards)))
 
 
-async def current_versions(engine: AsyncEngine, names: list[str]) -> dict[str, str]:
-    """The version each deployment of ``names`` runs now (one query); a deleted one is left
-    out."""
+async def current_versions(engine: AsyncEngine, names: list[str]) -> dict[str, str | None]:
+    """The version each deployment of ``names`` runs now (one query): None for one its model's
+    owner withdrew (``catalog.deployment_withdrawn``); a deleted one is left out."""
     pairs = [tuple(name.split("/", 1)) for name in names]
-    query = select(Deployment.owner, Deployment.name, Deployment.version_id).where(
-        tuple_(Deployment.owner, Deployment.name).in_(pairs)
+    query = (
+        select(Deployment.owner, Deployment.name, Deployment.version_id, deployment_withdrawn())
+        .join(Model, Model.id == Deployment.model_id)
+        .where(tuple_(Deployment.owner, Deployment.name).in_(pairs))
     )
     async with engine.connect() as conn:
         rows = (await conn.execute(query)).all()
-    return {f"{owner}/{name}": version for owner, name, version in rows}
+    return {
+        f"{owner}/{name}": None if withdrawn else version
+        for owner, name, version, withdrawn in rows
+    }

@@ -7,7 +7,10 @@ version stop reading those streams — what they hold finishes on the old versio
 directors of the new one read them, draining what waited into the new version: blue/green, with
 no entry moved and none lost. A director started with ``--version`` of a release still to come
 reads only that version's own streams until the deployment runs it, so the new fleet can be
-up before the switch. The versions are read from Postgres every ``release_check_interval``.
+up before the switch. A deployment its model's owner withdrew (``catalog.deployment_withdrawn``:
+another account's model made private, or its version deleted) has all of its queues set aside
+until it is no longer withdrawn. The versions are read from Postgres every
+``release_check_interval``.
 """
 
 from __future__ import annotations
@@ -35,10 +38,16 @@ class ReleaseWatch:
         """Set aside or take back each deployment's streams by the version it runs now."""
         versions = await current_versions(self.engine, [d.name for d in self.deployments])
         for deployment in self.deployments:
-            running = versions.get(deployment.name)
-            if running is None:  # deleted: nothing more will be queued there
+            if deployment.name not in versions:  # deleted: nothing more will be queued there
+                continue
+            running = versions[deployment.name]
+            if running is None:  # its model's owner withdrew it: none of its queues is read
+                if self.intake.stand_aside(deployment.streams()):
+                    log.info("deployment %s was withdrawn by its model's owner", deployment.name)
                 continue
             streams = Target.deployment(deployment.name, deployment.shards).all_streams()
+            # Withdrawn no longer: its version's own queues are read again.
+            await self.intake.rejoin([s for s in deployment.streams() if s not in streams])
             if running != deployment.version_id:
                 if self.intake.stand_aside(streams):
                     log.info(

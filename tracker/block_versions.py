@@ -2,7 +2,8 @@
 and whether a ready runner serves it.
 
 A deployment block runs its deployment's released version (whoever may use the deployment may
-run it, whether or not it sees the model); a version block runs its version. What the account
+run it, whether or not it sees the model), unless the deployment is withdrawn
+(:func:`tracker.catalog.deployment_withdrawn`); a version block runs its version. What the account
 may not use is None, exactly as what does not exist (:func:`tracker.blocks.resolve`).
 """
 
@@ -47,7 +48,7 @@ async def version_of(
     if block.deployment is not None:
         owner, _, name = block.deployment.partition("/")
         deployment = await catalog.deployment(account, owner, name)
-        if deployment is None:
+        if deployment is None or deployment.withdrawn:  # its model's owner took it back
             return None
         found = await catalog.released_version(deployment)
         if found is None:

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, and_, exists, or_, select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import aliased
 
 from core.ids import token_sha256
 from tracker.priority import Priority
@@ -105,10 +106,23 @@ class DeploymentInfo:
     #: Who made the current release (None: the operator's CLI), and when.
     released_by: str | None = None
     released_at: datetime | None = None
+    #: Its model's owner took the model back (:func:`deployment_withdrawn`): it runs nothing.
+    withdrawn: bool = False
 
     @property
     def full_name(self) -> str:
         return f"{self.owner}/{self.name}"
+
+    @property
+    def withdrawal(self) -> str | None:
+        """Why it takes no predictions, when it is withdrawn (else None)."""
+        if not self.withdrawn:
+            return None
+        return (
+            f"Deployment {self.full_name} runs {self.model}:{self.version_id}, which the"
+            f" model's owner withdrew (the model is no longer visible to {self.owner}, or the"
+            " version was deleted): it takes no predictions"
+        )
 
 
 #: An :class:`AccountInfo`'s columns, in its order.
@@ -134,7 +148,7 @@ async def account_for_token(engine: AsyncEngine, token: str) -> AccountInfo | No
 
 
 async def get_version(engine: AsyncEngine, version_id: str) -> VersionInfo | None:
-    deployed = exists().where(Deployment.version_id == Version.id)
+    deployed = exists().where(Deployment.version_id == Version.id, ~deployment_withdrawn())
     query = (
         select(
             Version.id,
@@ -154,6 +168,36 @@ async def get_version(engine: AsyncEngine, version_id: str) -> VersionInfo | Non
     if row is None:
         return None
     return VersionInfo(row[0], f"{row[1]}/{row[2]}", row[3], row[4], row[5], row[6], row[7])
+
+
+def deployment_withdrawn() -> ColumnElement[bool]:
+    """Whether a deployment (``Deployment``, in a query that joins its ``Model``) runs what its
+    model's owner took back: a model its owner may no longer see (another account's model made
+    private, or a grant revoked) or a version the model's owner deleted.
+
+    The model's owner's withdrawal wins over another account's deployment: a withdrawn
+    deployment takes no predictions (the api and the gateway answer as for a model the caller
+    may not see), its directors stop reading its queue (``director.release_watch``), a version
+    it runs is not ``deployed`` for it, and it never keeps the model's owner from deleting a
+    version (:func:`tracker.management.delete_version`)."""
+    granted = (
+        select(Grant.model_id)
+        .join(Account, Account.id == Grant.account_id)
+        .where(Account.name == Deployment.owner, Grant.model_id == Model.id)
+        .correlate_except(Grant, Account)
+        .exists()
+    )
+    hidden = and_(
+        Model.visibility != Visibility.PUBLIC.value, Model.owner != Deployment.owner, ~granted
+    )
+    released = aliased(Version)
+    deleted = (
+        select(released.id)
+        .where(released.id == Deployment.version_id, released.deleted_at.is_not(None))
+        .correlate_except(released)
+        .exists()
+    )
+    return or_(hidden, deleted)
 
 
 _MODEL = (
@@ -190,6 +234,7 @@ _DEPLOYMENT = (
     Deployment.max_instances,
     Deployment.released_by,
     Deployment.released_at,
+    deployment_withdrawn(),
 )
 
 

@@ -1,9 +1,13 @@
 """Models, versions and deployments changed by their owners over the API (``api.routes.manage``).
 
 The rules are Replicate's: an account manages what its own name owns (an admin account,
-every account's); a model is deleted only once it has no versions and no deployment runs it;
-a version only while no deployment pins it and nothing of it is queued or running, and never
-once another account has run it; a deployment only while nothing of it is queued or running.
+every account's); a model is deleted only once it has no versions and none of its owner's
+deployments runs it; a version only while none of the owner's deployments pins it and nothing
+of it is queued or running, and never once another account has run it. Another account's
+deployment never holds a model or version: the model's owner's withdrawal wins, and such a
+deployment is withdrawn with it (:func:`tracker.catalog.deployment_withdrawn`), as is one of a
+model its owner made private. A deployment is deleted only while nothing of it is queued or
+running.
 Versions and models are deleted softly (``deleted_at``), so predictions keep the version they
 name and their usage records stay. Each change runs in one transaction that locks the row it
 changes, so two concurrent calls cannot both pass a check the other invalidates.
@@ -153,7 +157,9 @@ async def delete_model(engine: AsyncEngine, model: ModelInfo, account: AccountIn
         )
         if versions:
             raise InUse(f"{model.owner}/{model.name} has {versions} version(s): delete them first")
-        deployments = await _count(conn, Deployment, Deployment.model_id == model.id)
+        deployments = await _count(
+            conn, Deployment, Deployment.model_id == model.id, Deployment.owner == model.owner
+        )
         if deployments:
             raise InUse(
                 f"{model.owner}/{model.name} is run by {deployments} deployment(s): "
@@ -170,9 +176,13 @@ async def delete_version(
     async with engine.begin() as conn:
         if not await _lock(conn, Version.id, version_id, Version.deleted_at.is_(None)):
             raise LookupError(f"Version {version_id} does not exist")
+        # Only the owner's own deployments hold a version: another account's deployment of it
+        # is withdrawn with it (``catalog.deployment_withdrawn``).
         pinned = (
             await conn.execute(
-                select(Deployment.owner, Deployment.name).where(Deployment.version_id == version_id)
+                select(Deployment.owner, Deployment.name).where(
+                    Deployment.version_id == version_id, Deployment.owner == model.owner
+                )
             )
         ).all()
         if pinned:

@@ -64,7 +64,8 @@ def render_deployment(deployment: DeploymentInfo, served_on: dict[str, str]) -> 
     """Replicate's shape, every field true: ``hardware`` is the class it names, else (a
     deployment made before they named one) what its registered runners say they run on
     (``served_on``), else ``unknown``; the instance bounds are those the Kubernetes kit
-    scales its directors within (``conduit admin scaler``)."""
+    scales its directors within (``conduit admin scaler``). ``withdrawn``, not Replicate's: why
+    it takes no predictions when its model's owner took the model back (else null)."""
     hardware = deployment.hardware or served_on.get(deployment.full_name, UNKNOWN_HARDWARE)
     released_by = deployment.released_by
     return {
@@ -84,6 +85,7 @@ def render_deployment(deployment: DeploymentInfo, served_on: dict[str, str]) -> 
                 "prediction_timeout": deployment.prediction_timeout,
             },
         },
+        "withdrawn": deployment.withdrawal,
     }
 
 
