@@ -24,7 +24,9 @@ from tests.fixtures.api import assert_problem
 from tests.fixtures.processes import Launcher, base_env
 from tests.fixtures.waiting import wait_for
 from tracker import blocks, catalog, catalog_admin
+from tracker.block_versions import find_block_version
 from tracker.catalog import AccountInfo, Grants, Visibility
+from tracker.catalog_cache import Catalog
 from tracker.db import make_engine
 
 T = TypeVar("T")
@@ -361,6 +363,31 @@ async def test_resolve_answers_only_what_the_account_may_use(engine: AsyncEngine
     assert await blocks.get(engine, on_private.id) is None
     with pytest.raises(ValueError):
         await blocks.create(engine, owner.id, deployment_id=public.id, version_id=version)
+
+
+async def test_a_withdrawn_deployments_block_resolves_to_nothing(engine: AsyncEngine) -> None:
+    """A block of another account's deployment of a public model: once the model's owner makes
+    the model private, the block runs nothing (the gateway's ``NOT_FOUND``), until the model is
+    granted to the deployment's owner."""
+    suffix = _suffix()
+    lender = await _account(engine, f"wd-lender-{suffix}")
+    borrower = await _account(engine, f"wd-borrower-{suffix}")
+    version = await _model(engine, lender.name, "m", Visibility.PUBLIC)
+    borrowed = await catalog_admin.create_deployment(
+        engine, borrower.name, "b", lender.name, "m", None, shards=2, prediction_timeout=60
+    )
+    block = await blocks.create(engine, borrower.id, deployment_id=borrowed.id)
+
+    def fresh() -> Catalog:
+        return Catalog(engine, 60)
+
+    found = await find_block_version(fresh(), borrower, block.id)
+    assert found is not None and found.version.id == version
+    await catalog_admin.set_visibility(engine, "model", lender.name, "m", Visibility.PRIVATE)
+    assert await find_block_version(fresh(), borrower, block.id) is None
+    assert await find_block_version(fresh(), lender, block.id) is None  # not its block
+    await catalog_admin.grant(engine, borrower.name, "model", lender.name, "m")
+    assert await find_block_version(fresh(), borrower, block.id) is not None
 
 
 async def _no_grants() -> Grants:
