@@ -28,14 +28,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
-from gateway.errors import Unauthenticated, abort_with
+from gateway.errors import Unauthenticated, abort_with, status_of
 from tracker.catalog import AccountInfo
 
 #: Methods any client may call without a token; their messages are tiny.
@@ -52,6 +54,8 @@ PUBLIC = frozenset(
 Context = grpc.aio.ServicerContext[Any, Any]
 #: Who a call is, from its context (metadata and peer); raises a ``GatewayError`` to refuse.
 Authenticate = Callable[[Context], Awaitable[AccountInfo]]
+#: Told of a call refused before its message was read: its method, status, seconds taken.
+Refused = Callable[[str, grpc.StatusCode, float], None]
 
 _CALLER: contextvars.ContextVar[AccountInfo] = contextvars.ContextVar("gateway_caller")
 
@@ -130,9 +134,15 @@ class _Held:
 
 class Admission(grpc.aio.ServerInterceptor):
     def __init__(
-        self, authenticate: Authenticate, max_message_bytes: int, max_bytes_in_flight: int
+        self,
+        authenticate: Authenticate,
+        max_message_bytes: int,
+        max_bytes_in_flight: int,
+        refused: Refused | None = None,
     ) -> None:
         self.authenticate = authenticate
+        #: Told of each call refused here (its method, status and seconds taken).
+        self.refused = refused
         self.max_message_bytes = max_message_bytes
         self.accounts = ByteBudget(max_bytes_in_flight)
         self.public = ByteBudget(max_message_bytes)
@@ -149,16 +159,21 @@ class Admission(grpc.aio.ServerInterceptor):
             return handler
         if details.method in PUBLIC:
             return _streaming(handler, _anyone, self.public, self.max_message_bytes)
-        return _streaming(handler, self._admit, self.accounts, self.max_message_bytes)
+        admit = functools.partial(self._admit, details.method)
+        return _streaming(handler, admit, self.accounts, self.max_message_bytes)
 
-    async def _admit(self, context: Context) -> None:
+    async def _admit(self, method: str, context: Context) -> None:
         """Authenticate the call (the account for :func:`caller`), or end it."""
+        started = time.monotonic()
         try:
             _CALLER.set(await self.authenticate(context))
         except asyncio.CancelledError:
             raise
         except Exception as error:
-            await abort_with(context, error)
+            status = status_of(error)
+            if self.refused is not None:
+                self.refused(method, status[0], time.monotonic() - started)
+            await abort_with(context, error, status)
 
 
 async def _anyone(context: Context) -> None:

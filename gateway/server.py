@@ -199,8 +199,16 @@ async def start(
 ) -> Gateway:
     """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
     by ``directory``: none without one) and health."""
+    infer = f"/{SERVICE}/infer"
+
+    def refused(method: str, code: grpc.StatusCode, seconds: float) -> None:
+        # An infer call refused before it was read is counted as one answered; it is not
+        # logged: nothing of it was read.
+        if metrics is not None and method == infer:
+            metrics.observe(code.name, seconds)
+
     admission = Admission(
-        auth.authenticate, settings.max_message_bytes, settings.max_bytes_in_flight
+        auth.authenticate, settings.max_message_bytes, settings.max_bytes_in_flight, refused
     )
     server = grpc.aio.server(options=settings.server_options, interceptors=[admission])
     server.add_generic_rpc_handlers(

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.ports import free_port
 from gateway.admission import ByteBudget
 from gateway.executor import TaskResult
+from gateway.metrics import GatewayMetrics
 from gateway.proto.inference_pb2 import BlockInferencePacket, FileInfo
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from gateway.server import start, token_auth
@@ -123,6 +124,26 @@ async def test_streams_per_connection_are_bounded(engine: AsyncEngine, token: st
             executor.release.set()
             for call in calls[1:]:
                 await call
+    finally:
+        await served.stop(None)
+
+
+async def test_a_call_refused_before_it_is_read_is_counted(engine: AsyncEngine) -> None:
+    settings = GatewaySettings()
+    metrics = GatewayMetrics()
+    served = await start(
+        settings, Holding(), token_auth(engine, settings), free_port(), metrics=metrics
+    )
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{served.port}") as channel:
+            stub = BlockInferenceServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.infer(BlockInferencePacket(block_id="blk-abcdefgh"), timeout=60)
+        assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        counted = metrics.registry.get_sample_value(
+            "conduit_gateway_calls_total", {"status": "UNAUTHENTICATED"}
+        )
+        assert counted == 1
     finally:
         await served.stop(None)
 
