@@ -26,6 +26,7 @@ from conduit import admin as conduit_admin
 from conduit.cli import migrate
 from core.ids import new_request_id
 from core.ports import free_port
+from gateway.call_log import LoggedCall, log_entry
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from gateway.request_log import RequestLogWriter
@@ -227,6 +228,28 @@ def test_an_unauthenticated_call_is_logged_without_its_payload(
         assert row["account_id"] is None and row["status"] == "UNAUTHENTICATED"
         payload = [row[f] for f in ("frame_ptr", "query_parameters", "output_ptr", "data")]
         assert not any(payload), [len(p or "") for p in payload]
+
+
+def test_an_entry_without_an_account_keeps_no_payload() -> None:
+    """What the log keeps of a call no token named (should one reach the handler: the gateway
+    refuses them before reading their message) is what names it, never what it carried; an
+    account's payload is kept up to ``log_max_data_bytes`` per field."""
+    packet = BlockInferencePacket(
+        block_id="blk-abcdefgh",
+        session_id="s" * 1000,
+        frame_ptr=b"f" * (4 * 1024 * 1024),
+        query_parameters="{}",
+        output_ptr="{}",
+        data="{}",
+    )
+    status = (grpc.StatusCode.UNAUTHENTICATED, "e" * 5000)
+    stranger = log_entry(LoggedCall(new_request_id(), 0.0, 0.0), packet, (), status, 1 << 20)
+    assert (stranger.frame_ptr, stranger.data, stranger.query_parameters) == (b"", b"", b"")
+    assert stranger.output_ptr == b"" and stranger.account_id is None
+    assert len(stranger.session_id) == 256 and stranger.error == "e" * 1023 + "…"
+    known = LoggedCall(new_request_id(), 0.0, 0.0, account_id=7)
+    mine = log_entry(known, packet, (), status, 1 << 20)
+    assert mine.frame_ptr == b"" and (mine.data, mine.output_ptr) == (b"{}", b"{}")
 
 
 def test_the_gateway_serves_its_metrics(logging_gateway: str, live: Live, token: str) -> None:
