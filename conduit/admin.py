@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from protocol import bearer
 from tracker import blocks, catalog, catalog_admin
 from tracker.fleet import FleetEntry, read_fleet
+from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
 
 
@@ -124,7 +125,7 @@ async def create_model(
     engine: AsyncEngine,
     name: str,
     runner_url: str,
-    shards: int = 8,
+    shards: int = DEFAULT_SHARDS,
     visibility: str | None = None,
     runner_token: str | None = None,
 ) -> str:

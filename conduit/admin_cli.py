@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
 from conduit.cli import database_url, run_async
+from conduit.shards_cli import add_shards
+from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
 
 T = TypeVar("T")
@@ -337,7 +339,12 @@ def add_admin(sub: Any) -> None:
     deployment.add_argument("name", metavar="OWNER/NAME")
     deployment.add_argument("--model", required=True, metavar="OWNER/NAME")
     deployment.add_argument("--version", help="version id (default: the model's latest)")
-    deployment.add_argument("--shards", type=int, default=8)
+    deployment.add_argument(
+        "--shards",
+        type=int,
+        default=DEFAULT_SHARDS,
+        help=f"its queue's shard streams (default {DEFAULT_SHARDS}; see move-shards)",
+    )
     deployment.add_argument(
         "--prediction-timeout", type=float, default=1800.0, help="seconds (default 30 min)"
     )
@@ -385,6 +392,7 @@ def add_admin(sub: Any) -> None:
     )
     scaler.set_defaults(func=cmd_scaler)
     _add_sharing(admin_sub)
+    add_shards(admin_sub)
     _add_blocks(admin_sub)
     op_token = admin_sub.add_parser(
         "op-token", help="mint a signed token for one runner lifecycle call"

@@ -5,9 +5,9 @@ this module (and only this one from ``director``) to enqueue; directors use it t
 acknowledge. Scripts take keys of one hash tag at a time: a batch is split per tag, and so is a
 blocking read in a Redis Cluster.
 
-Shuffle sharding: a deployable has S shard streams; each account hashes to k of them and the
-api appends to the shorter, so one account's flood fills at most k shards while directors read
-all S in rotating order.
+Shuffle sharding: a deployable has S shard streams; each account hashes to k of them (or to
+those an operator moved it to: ``tracker.sharding``) and the api appends to the shorter, so
+one account's flood fills at most k shards while directors read all S in rotating order.
 """
 
 from __future__ import annotations
@@ -40,19 +40,30 @@ def lost_stream(error: ResponseError) -> bool:
     return str(error).startswith(("NOGROUP", "UNBLOCKED"))
 
 
-# For each prediction (ARGV: its id, then how many of KEYS are its shards, in KEYS' order),
-# append to the shortest of its shards; one round trip for many predictions. Returns the
-# stream chosen for each.
+# For each prediction (ARGV: its id, how many of KEYS are its shards, its account or ''; KEYS:
+# its deployable's moves hash, then its shards), append to the shortest of its shards, or of
+# the shards an operator moved its account to (``tracker.sharding``; streams of the same hash
+# tag, named as its shards are); one round trip for many predictions. Returns the stream
+# chosen for each.
 _ENQUEUE_SCRIPT = """
 local out = {}
 local k = 1
-for i = 1, #ARGV, 2 do
-  local last = k + tonumber(ARGV[i + 1]) - 1
-  local best = KEYS[k]
+for i = 1, #ARGV, 3 do
+  local first, last = k + 1, k + tonumber(ARGV[i + 1])
+  local streams = {}
+  local moved = ARGV[i + 2] ~= '' and redis.call('HGET', KEYS[k], ARGV[i + 2])
+  if moved then
+    local prefix = string.match(KEYS[first], '^(.*:)%d+$')
+    for shard in string.gmatch(moved, '%d+') do table.insert(streams, prefix .. shard) end
+  end
+  if #streams == 0 then
+    for j = first, last do table.insert(streams, KEYS[j]) end
+  end
+  local best = streams[1]
   local best_len = redis.call('XLEN', best)
-  for j = k + 1, last do
-    local n = redis.call('XLEN', KEYS[j])
-    if n < best_len then best = KEYS[j]; best_len = n end
+  for j = 2, #streams do
+    local n = redis.call('XLEN', streams[j])
+    if n < best_len then best = streams[j]; best_len = n end
   end
   k = last + 1
   redis.call('XADD', best, '*', 'id', ARGV[i])
@@ -184,23 +195,34 @@ class Queue:
         self._acks: PerSlot[tuple[str, str], None] = PerSlot(
             self._write_acks, lambda entry: entry[0]
         )
-        self._appends: PerSlot[tuple[tuple[str, ...], str], str] = PerSlot(
+        self._appends: PerSlot[tuple[tuple[str, ...], str, str], str] = PerSlot(
             self._write_appends, lambda append: append[0][0]
         )
         self._waits = _SlotWaits(self) if redis_connect.is_cluster(redis) else None
 
-    async def enqueue(self, streams: Sequence[str], prediction_id: str) -> str:
-        """Append to the shortest of ``streams`` (shards of one target); returns the stream key
-        used. Concurrent calls share one script call per slot (group commit, as for the
-        Postgres writes)."""
-        return await self._appends.submit((tuple(streams), prediction_id))
+    async def enqueue(
+        self, streams: Sequence[str], prediction_id: str, account_id: int | None = None
+    ) -> str:
+        """Append to the shortest of ``streams`` (the account's shards of one target), or of
+        the shards an operator moved ``account_id`` to on that target (``tracker.sharding``);
+        returns the stream key used. Concurrent calls share one script call per slot (group
+        commit, as for the Postgres writes)."""
+        account = "" if account_id is None else str(account_id)
+        return await self._appends.submit((tuple(streams), prediction_id, account))
 
-    async def _write_appends(self, items: list[tuple[tuple[str, ...], str]]) -> list[str]:
-        keys = [stream for streams, _ in items for stream in streams]
+    async def _write_appends(self, items: list[tuple[tuple[str, ...], str, str]]) -> list[str]:
+        names: list[str] = []
         args: list[str | int] = []
-        for streams, prediction_id in items:
-            args += [prediction_id, len(streams)]
-        chosen = await self._enqueue(keys=keys, args=args)
+        for streams, prediction_id, account in items:
+            # A target's shards (hash-tagged) have a moves hash; other streams have none.
+            parsed = keys.parse_input_stream(streams[0])
+            if parsed is None or parsed.legacy:
+                names += [streams[0], *streams]
+                args += [prediction_id, len(streams), ""]
+            else:
+                names += [keys.shard_moves_key(parsed.deployable), *streams]
+                args += [prediction_id, len(streams), account]
+        chosen = await self._enqueue(keys=names, args=args)
         return [decoded(stream) for stream in chosen]
 
     async def ensure_groups(self, streams: Sequence[str]) -> None:

@@ -111,7 +111,7 @@ class Reconciler:
             running = status == Status.PROCESSING.value
             if running and (not liveness_known or await self._runs(owner, pid)):
                 continue
-            await self.queue.enqueue(target.streams_for(account_id), prediction_id)
+            await self.queue.enqueue(target.streams_for(account_id), prediction_id, account_id)
             requeued += 1
         if requeued:
             self.metrics.reenqueued.inc(requeued)

@@ -54,6 +54,6 @@ async def enqueue_stored(queue: Queue, new: Submitted, target: Target) -> None:
     """Queue ``new``, already committed, on the stream of ``target`` its account is sharded to.
     A Redis failure is logged and left to the reconciler."""
     try:
-        await queue.enqueue(target.streams_for(new.account_id), new.id)
+        await queue.enqueue(target.streams_for(new.account_id), new.id, new.account_id)
     except (RedisError, OSError) as error:
         log.warning("prediction %s stored, queued once Redis answers: %r", new.id, error)

@@ -25,6 +25,7 @@ from tracker.catalog import (
     get_model,
     get_version,
 )
+from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
 from tracker.tables import Account, ApiToken, Deployment, Grant, Model, Version
 
@@ -89,7 +90,7 @@ async def create_version(
     name: str,
     openapi_schema: dict[str, Any],
     cog_version: str | None,
-    shards: int = 8,
+    shards: int = DEFAULT_SHARDS,
     visibility: Visibility | None = None,
 ) -> str:
     """Create the model if needed and a version for this schema; make it the latest.

@@ -61,6 +61,10 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 
 #: Shards of its deployable an account may use: one account's flood fills at most this many.
 SHARDS_PER_ACCOUNT = 2
+#: Shard streams of a new deployment or version: 2 of 16 make a given account share both of
+#: a given flooder's 1 time in 120 (2 of 8: 1 in 28); directors read them all in one script
+#: call per turn, so more shards cost little (``tracker.sharding``).
+DEFAULT_SHARDS = 16
 INPUT_PREFIX = "input:prediction:"
 DEAD_PREFIX = "dead:"
 EVENTS_PREFIX = "events:prediction:"
@@ -206,6 +210,12 @@ def slot_tag(key: str) -> str:
         if end > start + 1:
             return key[start + 1 : end]
     return key
+
+
+def shard_moves_key(deployable: str) -> str:
+    """Hash of account id → the shards (``3,9``) an operator moved it to on ``deployable``
+    (``tracker.sharding``); tagged as its streams, so the enqueue script reads it in place."""
+    return f"shards:{{{deployable}}}:moves"
 
 
 def account_shards(

@@ -33,6 +33,7 @@ from tracker.block_tables import Block
 from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, Visibility
 from tracker.catalog import get_deployment as read_deployment
 from tracker.catalog import get_model as read_model
+from tracker.keys import DEFAULT_SHARDS
 from tracker.states import UNFINISHED
 from tracker.tables import Account, Deployment, Model, Prediction, Version
 
@@ -250,6 +251,7 @@ async def create_deployment(
                     model_id=model.id,
                     version_id=changes.version,
                     visibility=Visibility.PRIVATE.value,
+                    shards=DEFAULT_SHARDS,
                     hardware=changes.hardware,
                     min_instances=low,
                     max_instances=high,

@@ -67,7 +67,13 @@ async def workers(request: Request, session: SessionDep, resources: OpenedDep) -
 
 @router.get("/fairness")
 async def fairness(request: Request, session: SessionDep, resources: OpenedDep) -> HTMLResponse:
-    return page(request, "fairness.html", session, shares=await views.fairness(resources))
+    return page(
+        request,
+        "fairness.html",
+        session,
+        shares=await views.fairness(resources),
+        collisions=await views.shard_collisions(resources),
+    )
 
 
 def _cursor(value: str | None) -> PageKey | None:

@@ -219,6 +219,22 @@ async def deployables(engine: AsyncEngine) -> list[RowMapping]:
         return list(result.mappings())
 
 
+async def waiting_by_account(engine: AsyncEngine, targets: list[str]) -> list[RowMapping]:
+    """Predictions not started yet per deployable and account, biggest first (from the
+    unfinished index: what waits is bounded by the queues)."""
+    async with engine.connect() as conn:
+        result = await conn.execute(
+            text(
+                "SELECT p.target, p.account_id, a.name AS account, count(*) AS waiting "
+                "FROM predictions p JOIN accounts a ON a.id = p.account_id "
+                "WHERE p.status = 'starting' AND p.target = ANY(CAST(:targets AS text[])) "
+                "GROUP BY 1, 2, 3 ORDER BY waiting DESC LIMIT 5000"
+            ),
+            {"targets": targets},
+        )
+        return list(result.mappings())
+
+
 async def failed_groups(engine: AsyncEngine, window: int = FAILED_WINDOW) -> list[RowMapping]:
     """The newest ``window`` failures grouped by their error's first line, biggest first."""
     async with engine.connect() as conn:

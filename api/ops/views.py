@@ -19,7 +19,7 @@ from api.ops import queue_view, reads
 from api.ops.queue_view import Consumer
 from api.ops.why import Waiting, explain
 from lane.records import LaneCounters
-from tracker import keys
+from tracker import keys, sharding
 from tracker.fleet import FleetEntry, read_fleet
 from tracker.keys import Kind, Target
 
@@ -252,3 +252,66 @@ async def fairness(resources: Resources, sample: int = 500) -> list[dict[str, An
             }
         )
     return shares
+
+
+@dataclass(frozen=True, slots=True)
+class Sharer:
+    """An account with predictions waiting beside the heaviest's, on shards it shares."""
+
+    account: str
+    shards: list[int]
+    waiting: int
+    #: Every one of its shards is among the heaviest's: it waits for that flood.
+    cornered: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Collision:
+    """A deployable's heaviest account and who shares its shards."""
+
+    label: str
+    target: str
+    shards: int
+    #: A given pair of accounts shares all of one's shards 1 time in this many.
+    odds: int
+    heaviest: str
+    heaviest_shards: list[int]
+    heaviest_waiting: int
+    sharers: list[Sharer]
+
+
+async def shard_collisions(resources: Resources) -> list[Collision]:
+    """For each deployable with waiting predictions: its heaviest account, and the accounts
+    waiting there whose shards (moves included: ``tracker.sharding``) overlap the heaviest's,
+    those with all of them first (``conduit admin move-shards`` moves them)."""
+    targets = {t["target"]: t for t in await reads.deployables(resources.reads)}
+    rows = await reads.waiting_by_account(resources.reads, list(targets))
+    by_target: dict[str, list[Any]] = {}
+    for row in rows:
+        by_target.setdefault(row["target"], []).append(row)
+    found: list[Collision] = []
+    for name, waiting in by_target.items():
+        target = _target(targets[name])
+        moves = await sharding.read_moves(resources.redis, target)
+        top = waiting[0]
+        heavy = set(sharding.effective_shards(top["account_id"], target, moves))
+        sharers = []
+        for row in waiting[1:]:
+            shards = sharding.effective_shards(row["account_id"], target, moves)
+            if heavy & set(shards):
+                cornered = set(shards) <= heavy
+                sharers.append(Sharer(row["account"], shards, int(row["waiting"]), cornered))
+        sharers.sort(key=lambda s: (not s.cornered, -s.waiting))
+        found.append(
+            Collision(
+                targets[name]["label"],
+                name,
+                target.shards,
+                sharding.collision_odds(target.shards),
+                top["account"],
+                sorted(heavy),
+                int(top["waiting"]),
+                sharers,
+            )
+        )
+    return found

@@ -11,7 +11,8 @@ from redis.asyncio import Redis
 
 from director.deployment import ServedDeployment
 from director.queue import GROUP, Queue
-from tracker.keys import Target
+from tracker import sharding
+from tracker.keys import Target, account_shards, shard_moves_key
 
 
 def _target(label: str, shards: int, kind: str = "dp") -> Target:
@@ -149,4 +150,25 @@ async def test_entries_in_untagged_streams_are_read_and_acked(redis_url: str) ->
         assert await deployment.legacy_backlog(queue) == []  # drained: nothing left to read
     finally:
         await client.delete(*old, *deployment.streams())
+        await client.aclose()
+
+
+async def test_enqueue_follows_an_accounts_move_and_leaves_others_alone(redis_url: str) -> None:
+    client: Redis = Redis.from_url(redis_url)
+    target = _target("moved", 16)
+    queue = Queue(client)
+    try:
+        own = target.streams_for(7)
+        moved = sharding.shards_apart(account_shards(7, target.name, 16), 16, "seed")
+        assert await sharding.move(client, target, 7, moved) == moved
+        # Its new predictions go to its moved shards (the shorter), in one script call...
+        chosen = await asyncio.gather(*(queue.enqueue(own, f"p{n}", 7) for n in range(4)))
+        assert set(chosen) == {target.stream(s) for s in moved}
+        # ...others', and calls that name no account, to the shards they name.
+        assert await queue.enqueue(target.streams_for(8), "q", 8) in target.streams_for(8)
+        assert await queue.enqueue(own, "r") in own
+        assert await sharding.unmove(client, target, 7)
+        assert await queue.enqueue(own, "s", 7) in own
+    finally:
+        await client.delete(*target.all_streams(), shard_moves_key(target.name))
         await client.aclose()
