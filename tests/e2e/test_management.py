@@ -19,6 +19,7 @@ from tests.deploy.validation import VERSIONS, validate
 from tests.fixtures.admin import Admin, run_admin_cli
 from tests.fixtures.fleet_entries import registered
 from tests.fixtures.waiting import wait_for
+from tracker.keys import DEFAULT_SHARDS
 
 pytestmark = pytest.mark.e2e
 
@@ -250,9 +251,9 @@ def test_the_scaler_follows_the_releases(
     spec = manifest["spec"]
     assert (spec["minReplicaCount"], spec["maxReplicaCount"]) == (0, 7)
     streams = [t["metadata"]["stream"] for t in spec["triggers"]]
-    # Every shard of the deployment's streams and of its version's: 8 each by default.
-    assert len(streams) == 16 and len(set(streams)) == 16
-    assert sum(f"{{dp-{name}/scaled}}" in s for s in streams) == 8
-    assert sum(f"{{vp-{version}}}" in s for s in streams) == 8
+    # Every shard of the deployment's streams and of its version's: 16 each by default.
+    assert len(streams) == 2 * DEFAULT_SHARDS and len(set(streams)) == 2 * DEFAULT_SHARDS
+    assert sum(f"{{dp-{name}/scaled}}" in s for s in streams) == DEFAULT_SHARDS
+    assert sum(f"{{vp-{version}}}" in s for s in streams) == DEFAULT_SHARDS
     assert spec["advanced"]["scalingModifiers"]["target"] == "3"
     assert manifest["metadata"]["labels"]["conduit.dev/hardware"] == cpu
