@@ -9,7 +9,9 @@ through the ``/run`` lane instead when this gateway joins it (no durable write o
 path).
 
 Before anything is stored the task is checked: the block resolved (``NOT_FOUND``), a ready
-runner known for it (``UNAVAILABLE``), its input valid for the block's schema and storable
+runner known for it (``UNAVAILABLE``), the predictions it makes within the account's rate of
+creates, the api's own (``tracker.rate_limits``: ``RESOURCE_EXHAUSTED`` with ``retry-after``;
+a graph's steps counted together), its input valid for the block's schema and storable
 (``INVALID_ARGUMENT`` naming the field). Then its files are stored and the prediction made.
 
 The prediction gets the call's deadline as its own (``deadline``: the director fails it past

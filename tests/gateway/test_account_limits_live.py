@@ -132,3 +132,30 @@ async def test_made_up_tokens_cost_no_query_past_the_budget_nor_evict_valid_ones
     assert len(queries) == 6
     with pytest.raises(Unauthenticated):  # another address has its own budget
         await tokens.account(auth(made_up()), "ipv6:[2001:db8::1]:5000")
+
+
+async def test_an_account_over_its_rate_on_rest_is_over_it_on_the_gateway(
+    launcher: Launcher, live: Live, token: str
+) -> None:
+    """One rule, one schedule: an api and a gateway both given ``CONDUIT_API_CREATE_RATE_LIMIT``
+    count an account's creates together; once REST answers 429, the gateway refuses too."""
+    env = {"CONDUIT_API_CREATE_RATE_LIMIT": "3/min"}
+    proc, address = launcher.gateway(env)
+    try:
+        with launcher.own_api(env) as api_url:
+            headers = {"Authorization": f"Bearer {token}"}
+            path = f"/v1/deployments/{live.deployment}/predictions"
+            async with httpx.AsyncClient(base_url=api_url, headers=headers, timeout=30) as rest:
+                answers = [
+                    (await rest.post(path, json={"input": {"prompt": "r"}})).status_code
+                    for _ in range(4)
+                ]
+            assert answers == [201, 201, 201, 429]
+            async with grpc.aio.insecure_channel(address) as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await BlockInferenceServiceStub(channel).infer(task(A), metadata=auth(token))
+            assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "retry-after" in dict(refused.value.trailing_metadata() or ())
+            assert len(await predictions(live, token)) == 3
+    finally:
+        proc.stop()
