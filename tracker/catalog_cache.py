@@ -3,7 +3,7 @@
 These change rarely and are read on every create, by the api and by the gateway alike, without
 a Postgres round trip per request. A change announced over Redis is seen by the next read in
 every process (``tracker.catalog_generation``); a short TTL bounds the rest (a revoked grant,
-a change whose announcement was lost). (The api caches tokens apart, in ``api.auth``.)
+a change whose announcement was lost). (Tokens are cached apart, in ``tracker.token_checks``.)
 """
 
 from __future__ import annotations
