@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.conftest import Stack
-from tests.fixtures.admin import Admin
+from tests.fixtures.admin import Admin, run_admin_cli
 from tests.fixtures.fleet_entries import registered
 from tests.fixtures.processes import Launcher
 
@@ -78,3 +78,19 @@ def test_management_changes_are_seen_at_once_by_another_replica(
         assert writer.delete(f"{model}/versions/{version}").status_code == 204
         assert writer.delete(model).status_code == 204
         assert reader.get(model).status_code == 404
+
+
+def test_an_operators_change_is_seen_at_once_by_every_replica(
+    stack: Stack, admin: Admin, reader_url: str, database_url: str, redis_url: str
+) -> None:
+    owner = f"fresh-{uuid.uuid4().hex[:8]}"
+    admin.create_account(owner)
+    admin.create_model(f"{owner}/shown", stack.runner_url, visibility="private")
+    other = {"Authorization": f"Bearer {admin.create_account(f'{owner}-other')}"}
+    model = f"{reader_url}/v1/models/{owner}/shown"
+    assert httpx.get(model, headers=other).status_code == 404  # private: cached as unseen
+    made = run_admin_cli(
+        database_url, redis_url, "set-visibility", "--model", f"{owner}/shown", "public"
+    )
+    assert made.returncode == 0, made.stderr
+    assert httpx.get(model, headers=other).status_code == 200
