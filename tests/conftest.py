@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit.cli import migrate
 from conduit.services import ServiceUrls, local_services
+from tests.faults import report as drill_report
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, base_env
 from tests.fixtures.servers import create_database
@@ -101,3 +103,19 @@ def client(stack: Stack, token: str) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as http:
         yield http
+
+
+# --- the fault drills' table, one for the whole run (pytest-xdist workers hand theirs over) ---
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    drill_report.hand_over(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    drill_report.take_over(getattr(node, "workeroutput", {}))
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    drill_report.write_table(terminalreporter)

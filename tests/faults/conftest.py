@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import RESULTS, Drill, drill_stack
+from tests.faults.harness import Drill, drill_stack
 from tests.fixtures.servers import PostgresServer, RedisServer, create_database
 
 
@@ -43,17 +43,3 @@ def drill(servers: DrillServers, tmp_path: Path) -> Iterator[Drill]:
 
 def register_faulty(drill: Drill, runner_url: str) -> None:
     drill.admin.create_model("drill/faulty", runner_url)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if not RESULTS:
-        return
-    write = terminalreporter.write_line
-    write("")
-    write("fault drills: submitted / terminal / lost / duplicate runs (explained) / seconds")
-    for r in RESULTS:
-        statuses = ", ".join(f"{k} {v}" for k, v in sorted(r.statuses.items()))
-        write(
-            f"  {r.scenario:<44} {r.submitted:>4} {r.terminal:>4} {r.lost:>3} "
-            f"{r.duplicates:>3} ({r.explained}) {r.seconds:>6}s  [{statuses}] {r.note}"
-        )

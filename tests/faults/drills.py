@@ -9,7 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tests.faults.harness import Drill, Outcome, verify
+from tests.faults.harness import Drill, verify
+from tests.faults.report import Outcome
 from tests.fixtures import waiting
 
 

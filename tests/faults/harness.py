@@ -26,6 +26,7 @@ import psycopg
 import redis
 
 from conduit.cli import migrate
+from tests.faults.report import RESULTS, Outcome
 from tests.fixtures.admin import Admin
 from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL
 from tests.fixtures.processes import Launcher, Proc, base_env
@@ -219,22 +220,6 @@ def drill_stack(kind: type[D], database_url: str, redis_url: str, tmp_path: Path
         launcher.kill_all()  # a drill's processes owe nothing to anyone at the end
         if os.environ.get("CONDUIT_DRILL_LOGS"):
             print(f"drill logs: {tmp_path}")
-
-
-@dataclass
-class Outcome:
-    scenario: str
-    submitted: int
-    terminal: int
-    lost: int
-    duplicates: int
-    explained: int
-    seconds: float
-    statuses: Counter[str]
-    note: str = ""
-
-
-RESULTS: list[Outcome] = []
 
 
 def verify(
