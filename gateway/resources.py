@@ -19,6 +19,7 @@ from lane.service import Lane
 from lane.settings import LaneSettings
 from tracker.capabilities import StreamUrlSettings
 from tracker.catalog_cache import Catalog
+from tracker.catalog_generation import CatalogGeneration
 from tracker.db import make_engine
 from tracker.event_hub import EventHub
 from tracker.events import EventLog
@@ -116,7 +117,7 @@ async def open_resources(stack: AsyncExitStack, settings: GatewaySettings) -> Ga
         engine=engine,
         redis=redis,
         queue=queue,
-        catalog=Catalog(engine, settings.cache_ttl),
+        catalog=Catalog(engine, settings.cache_ttl, CatalogGeneration(redis)),
         new_predictions=new_predictions,
         hub=hub,
         events=EventLog(redis, settings.events_retention),
