@@ -174,7 +174,7 @@ def cmd_pool_simulate(args: argparse.Namespace) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from conduit.admin_cli import add_admin  # it runs its commands with run_async, above
+    from conduit.admin.parser import add_admin  # it runs its commands with run_async, above
 
     parser = argparse.ArgumentParser(prog="conduit", description=__doc__)
     parser.add_argument("--version", action="version", version=f"conduit {package_version()}")

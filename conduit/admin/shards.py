@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def cmd_move_shards(args: argparse.Namespace) -> None:
     from api.settings import ApiSettings
-    from conduit.admin import split_name
+    from conduit.admin.names import split_name
     from tracker import catalog
     from tracker.db import make_engine
     from tracker.keys import Target

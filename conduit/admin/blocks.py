@@ -1,0 +1,144 @@
+"""``conduit admin create-block``, ``list-blocks``, ``delete-block``: deployments and model
+versions published as blocks for the inference gateway."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from conduit.admin.names import split_name
+from conduit.admin.running import with_engine
+from conduit.admin.tables import table
+from tracker import blocks, catalog
+
+
+def parse_metadata(text: str | None) -> dict[str, Any]:
+    """``--metadata``: a JSON object (none: ``{}``)."""
+    if not text:
+        return {}
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError as error:
+        raise SystemExit(f"--metadata must be JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise SystemExit("--metadata must be a JSON object")
+    return value
+
+
+async def create_block(
+    engine: AsyncEngine,
+    deployment: str | None,
+    version: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    synchronous: bool = False,
+    block_id: str | None = None,
+) -> str:
+    """Publish deployment ``OWNER/NAME`` (or model version ``version``) as a block of the
+    deployment's (the model's) owner; its id (``block_id`` when given). ``synchronous``: run
+    on the ``/run`` lane."""
+    if (deployment is None) == (version is None):
+        raise SystemExit("create-block: name a deployment or a --version, not both")
+    if deployment is not None:
+        owner, short = split_name(deployment)
+        found = await catalog.get_deployment(engine, owner, short)
+        if found is None:
+            raise SystemExit(f"deployment {deployment} does not exist")
+        named: dict[str, Any] = {"deployment_id": found.id}
+    else:
+        assert version is not None
+        info = await catalog.get_version(engine, version)
+        if info is None:
+            raise SystemExit(f"version {version} does not exist")
+        owner = info.model.partition("/")[0]
+        named = {"version_id": info.id}
+    account = await catalog.get_account(engine, owner)
+    if account is None:  # an owner is an account (the database says so); named for clarity
+        raise SystemExit(f"account {owner} does not exist")
+    try:
+        block = await blocks.create(
+            engine,
+            account.id,
+            metadata=metadata,
+            synchronous=synchronous,
+            block_id=block_id,
+            **named,
+        )
+    except ValueError as error:
+        raise SystemExit(f"create-block: {error}") from None
+    return block.id
+
+
+BLOCK_COLUMNS = ("ID", "OWNER", "RUNS", "MODEL", "SYNCHRONOUS", "METADATA")
+
+
+def format_blocks(found: Iterable[blocks.BlockInfo]) -> str:
+    """Blocks as a table, one a line, newest first; RUNS is the deployment or the version."""
+    rows = [
+        (
+            block.id,
+            block.owner,
+            block.deployment or f"version {block.version_id}",
+            block.model,
+            "yes" if block.synchronous else "no",
+            orjson.dumps(block.metadata).decode(),
+        )
+        for block in found
+    ]
+    return table(BLOCK_COLUMNS, rows)
+
+
+async def list_blocks(engine: AsyncEngine, limit: int = 1000) -> str:
+    """``conduit admin list-blocks``: the newest ``limit`` blocks of every account."""
+    found = await blocks.list_blocks(engine, None, limit=limit)
+    return format_blocks(found) if found else "no blocks"
+
+
+async def delete_block(engine: AsyncEngine, block_id: str) -> str:
+    if not await blocks.delete_block(engine, block_id):
+        raise SystemExit(f"block {block_id} does not exist")
+    return f"deleted block {block_id}"
+
+
+def cmd_create_block(args: argparse.Namespace) -> None:
+    metadata = parse_metadata(args.metadata)
+    print(
+        with_engine(
+            lambda engine: create_block(
+                engine, args.deployment, args.version, metadata, args.synchronous, args.id
+            )
+        )
+    )
+
+
+def cmd_list_blocks(args: argparse.Namespace) -> None:
+    print(with_engine(lambda engine: list_blocks(engine, args.limit)))
+
+
+def cmd_delete_block(args: argparse.Namespace) -> None:
+    print(with_engine(lambda engine: delete_block(engine, args.block_id)))
+
+
+def add_blocks(admin_sub: Any) -> None:
+    block = admin_sub.add_parser(
+        "create-block", help="publish a deployment (or a model version) as a block; prints its id"
+    )
+    block.add_argument("deployment", nargs="?", metavar="OWNER/DEPLOYMENT")
+    block.add_argument("--version", help="publish this model version instead of a deployment")
+    block.add_argument(
+        "--metadata", metavar="JSON", help="a JSON object describing it, what search filters on"
+    )
+    block.add_argument(
+        "--synchronous", action="store_true", help="run it on the synchronous lane (/run)"
+    )
+    block.add_argument("--id", help="the block's id (blk- and 4 to 12 lowercase letters or digits)")
+    block.set_defaults(func=cmd_create_block)
+    listed = admin_sub.add_parser("list-blocks", help="list the blocks of every account")
+    listed.add_argument("--limit", type=int, default=1000, help="newest N")
+    listed.set_defaults(func=cmd_list_blocks)
+    deleted = admin_sub.add_parser("delete-block", help="delete a block")
+    deleted.add_argument("block_id", metavar="BLOCK_ID")
+    deleted.set_defaults(func=cmd_delete_block)
