@@ -33,10 +33,7 @@ def _classes() -> set[type[BaseSettings]]:
 
 def _field_names(settings: type[BaseSettings], name: str, field: FieldInfo) -> set[str]:
     """The variables one field is read from (as ``settings_env.env_names`` says for all)."""
-    heads = settings_env._alias_heads(field.validation_alias)
-    prefix = settings.model_config.get("env_prefix", "")
-    names = set(heads) | ({prefix + name} if not heads else set())
-    return {n.upper() for n in names}
+    return set(settings_env.field_env_names(settings, name, field))
 
 
 def test_every_setting_is_listed() -> None:
