@@ -3,7 +3,10 @@ runs, with free metadata that search filters on. An id is ``blk-`` and eight low
 letters or digits when drawn, 4 to 12 when an operator chooses it (ids clients already name
 may be shorter, e.g. the seed's ``blk-xhhwhwu``).
 
-A block is the account's that published it, the only one that may delete it. Who may *use*
+A block belongs to the owner of what it names (the deployment's owner; a version block's, the
+model's owner), whoever publishes it: over REST, an admin's ``conduit admin create-block``, or
+an admin account's ``POST /v1/blocks`` (:func:`create` decides it, for all of them). Whoever
+manages that owner's things may delete it (its owner, an admin account). Who may *use*
 it is who may use what it names, by the catalog's own rules (:func:`tracker.catalog.sees`
 and the account's grants): a deployment block is usable as its deployment is, a version block
 as its model is. :func:`resolve` answers only usable blocks, and answers every other one
@@ -137,9 +140,22 @@ async def _row(engine: AsyncEngine, block_id: str) -> Any:
         return (await conn.execute(_query().where(Block.id == block_id))).one_or_none()
 
 
+def _owner_id(deployment_id: int | None, version_id: str | None) -> Any:
+    """The account a block of this deployment (or version) belongs to: the deployment's owner
+    (the version's model's owner), as a scalar subquery."""
+    if deployment_id is not None:
+        owner = select(Deployment.owner).where(Deployment.id == deployment_id)
+    else:
+        owner = (
+            select(Model.owner)
+            .join(Version, Version.model_id == Model.id)
+            .where(Version.id == version_id)
+        )
+    return select(Account.id).where(Account.name == owner.scalar_subquery()).scalar_subquery()
+
+
 async def create(
     engine: AsyncEngine,
-    account_id: int,
     *,
     deployment_id: int | None = None,
     version_id: str | None = None,
@@ -148,15 +164,20 @@ async def create(
     block_id: str | None = None,
 ) -> BlockInfo:
     """Publish a deployment (``deployment_id``) or a version (``version_id``), not both, as a
-    block of ``account_id``. Whether the account may publish it is the caller's to decide.
-    ``block_id`` chooses the id (an operator recreating a block its clients name); taken
-    already, :class:`BlockIdTaken`."""
+    block of the deployment's owner (the model's owner: the one rule, whoever publishes it).
+    Whether the caller may publish it is the caller's to decide. ``block_id`` chooses the id
+    (an operator recreating a block its clients name); taken already, :class:`BlockIdTaken`;
+    a deployment or version that does not exist, :class:`LookupError`."""
     if (deployment_id is None) == (version_id is None):
         raise ValueError("a block names a deployment or a version, exactly one")
     if block_id is not None and not BLOCK_ID.fullmatch(block_id):
         raise ValueError(f"a block id is blk- and 4 to 12 letters or digits: {block_id!r}")
+    async with autocommit(engine).connect() as conn:
+        owner_id = (await conn.execute(select(_owner_id(deployment_id, version_id)))).scalar()
+    if owner_id is None:
+        raise LookupError(f"no deployment {deployment_id} or version {version_id} to publish")
     values = {
-        "account_id": account_id,
+        "account_id": owner_id,
         "deployment_id": deployment_id,
         "version_id": version_id,
         "metadata": metadata or {},
@@ -261,7 +282,7 @@ async def list_blocks(
 
 
 async def delete_block(engine: AsyncEngine, block_id: str, account_id: int | None = None) -> bool:
-    """Delete the block (only if ``account_id`` published it, when given); False when there
+    """Delete the block (only if it belongs to ``account_id``, when given); False when there
     was no such block."""
     if not BLOCK_ID.fullmatch(block_id):
         return False

@@ -1,7 +1,8 @@
 """Accounts, tokens, models, versions and deployments: what they are, and lookups.
 
 Models and deployments belong to accounts (``owner`` is an account's name) and are ``public``
-or ``private``; an account sees a private one it owns or was granted (see :func:`sees`). The
+or ``private``; an account sees a private one it owns or was granted, and an admin account
+every one (see :func:`sees`). The
 api reads through here; creating and changing them is the operator's
 (:mod:`tracker.catalog_admin`).
 """
@@ -13,7 +14,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, and_, exists, or_, select
+from sqlalchemy import ColumnElement, and_, exists, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import aliased
 
@@ -50,11 +51,18 @@ class Grants:
     deployments: frozenset[int] = frozenset()
 
 
+def manages(account: AccountInfo, owner: str) -> bool:
+    """Whether ``account`` may change what ``owner`` owns (models, versions, deployments,
+    blocks): its own, and an admin account everyone's."""
+    return account.is_admin or account.name == owner
+
+
 def sees(account: AccountInfo, owner: str, visibility: str, granted: bool) -> bool:
     """Whether ``account`` may read and run a model or deployment of ``owner``: anyone a
-    public one, its owner and the accounts granted it a private one. ``granted`` is only
-    needed for a private one of another owner."""
-    return visibility == Visibility.PUBLIC or owner == account.name or granted
+    public one; a private one, whoever manages it (:func:`manages`: its owner, an admin) and
+    the accounts granted it. ``granted`` is only needed for a private one of another owner.
+    What an account may change, it may read."""
+    return visibility == Visibility.PUBLIC or manages(account, owner) or granted
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +195,17 @@ def deployment_withdrawn() -> ColumnElement[bool]:
         .correlate_except(Grant, Account)
         .exists()
     )
+    admin = (
+        select(Account.id)
+        .where(Account.name == Deployment.owner, Account.is_admin)
+        .correlate_except(Account)
+        .exists()
+    )
     hidden = and_(
-        Model.visibility != Visibility.PUBLIC.value, Model.owner != Deployment.owner, ~granted
+        Model.visibility != Visibility.PUBLIC.value,
+        Model.owner != Deployment.owner,
+        ~granted,
+        ~admin,  # an admin account sees every model (:func:`sees`)
     )
     released = aliased(Version)
     deleted = (
@@ -293,6 +310,9 @@ class Position:
 def _visible_to(
     account: AccountInfo, table: type[Model] | type[Deployment], granted: Any
 ) -> ColumnElement[bool]:
+    """:func:`sees`, in SQL."""
+    if account.is_admin:
+        return true()
     return or_(
         table.visibility == Visibility.PUBLIC.value,
         table.owner == account.name,

@@ -30,7 +30,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from tracker.block_tables import Block
-from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, Visibility
+from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, Visibility, manages
 from tracker.catalog import get_deployment as read_deployment
 from tracker.catalog import get_model as read_model
 from tracker.keys import DEFAULT_SHARDS
@@ -77,10 +77,6 @@ class DeploymentChanges:
     max_instances: int | None = None
 
 
-def may_manage(account: AccountInfo, owner: str) -> bool:
-    return account.is_admin or account.name == owner
-
-
 def check_name(field_name: str, name: str) -> None:
     if not NAME.fullmatch(name):
         raise Refused(
@@ -112,7 +108,7 @@ async def create_model(
 ) -> ModelInfo:
     """A new model (no versions yet: a runner registers them). ``values``: visibility,
     hardware, description and links, already checked."""
-    if not may_manage(account, owner):
+    if not manages(account, owner):
         raise NotOwner(f"Models owned by {owner} can only be created by {owner}")
     check_name("name", name)
     async with engine.begin() as conn:
@@ -136,7 +132,7 @@ async def create_model(
 async def update_model(
     engine: AsyncEngine, model: ModelInfo, account: AccountInfo, values: dict[str, Any]
 ) -> ModelInfo:
-    if not may_manage(account, model.owner):
+    if not manages(account, model.owner):
         raise NotOwner(f"{model.owner}/{model.name} can only be changed by {model.owner}")
     if values:
         async with engine.begin() as conn:
@@ -148,7 +144,7 @@ async def update_model(
 
 
 async def delete_model(engine: AsyncEngine, model: ModelInfo, account: AccountInfo) -> None:
-    if not may_manage(account, model.owner):
+    if not manages(account, model.owner):
         raise NotOwner(f"{model.owner}/{model.name} can only be deleted by {model.owner}")
     async with engine.begin() as conn:
         if not await _lock(conn, Model.id, model.id, Model.deleted_at.is_(None)):
@@ -172,7 +168,7 @@ async def delete_model(engine: AsyncEngine, model: ModelInfo, account: AccountIn
 async def delete_version(
     engine: AsyncEngine, model: ModelInfo, version_id: str, account: AccountInfo
 ) -> None:
-    if not may_manage(account, model.owner):
+    if not manages(account, model.owner):
         raise NotOwner(f"Versions of {model.owner}/{model.name} are deleted by {model.owner}")
     async with engine.begin() as conn:
         if not await _lock(conn, Version.id, version_id, Version.deleted_at.is_(None)):
@@ -234,7 +230,7 @@ async def create_deployment(
 ) -> DeploymentInfo:
     """A new deployment of ``model`` owned by ``owner`` (the caller, or an admin's choice),
     private; ``changes`` carries every field."""
-    if not may_manage(account, owner):
+    if not manages(account, owner):
         raise NotOwner(f"Deployments owned by {owner} can only be created by {owner}")
     check_name("name", name)
     assert changes.version is not None and changes.hardware is not None
@@ -277,7 +273,7 @@ async def update_deployment(
     that changes nothing makes no release). A new version takes over the deployment's queue:
     directors of the old version stop reading it and those of the new one drain it
     (``director.release_watch``)."""
-    if not may_manage(account, deployment.owner):
+    if not manages(account, deployment.owner):
         raise NotOwner(f"{deployment.full_name} can only be changed by {deployment.owner}")
     async with engine.begin() as conn:
         row = (
@@ -334,7 +330,7 @@ async def delete_deployment(
 ) -> None:
     """Gone once nothing of it is queued or running; its finished predictions keep its name
     (``predictions.deployment``) but no longer its row."""
-    if not may_manage(account, deployment.owner):
+    if not manages(account, deployment.owner):
         raise NotOwner(f"{deployment.full_name} can only be deleted by {deployment.owner}")
     async with engine.begin() as conn:
         if not await _lock(conn, Deployment.id, deployment.id):

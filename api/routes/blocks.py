@@ -1,10 +1,11 @@
 """Blocks: ``POST /v1/blocks`` publishes a deployment (or a model version) as a block that the
 inference gateway runs by id; list, get and delete.
 
-The caller publishes what it owns (an admin account anything); the block is the caller's, the
-only account that may delete it. An account reads its own blocks and those it may use, which
-are those whose deployment (or model) it may use (``tracker.blocks``); any other answers 404,
-exactly as a block that does not exist.
+The caller publishes what it manages (its own; an admin account anything); the block belongs
+to the owner of what it names, whoever published it (``tracker.blocks.create``), and is deleted
+by whoever manages that owner's things (its owner, an admin account). An account reads its own
+blocks and those it may use, which are those whose deployment (or model) it may use
+(``tracker.blocks``); any other answers 404, exactly as a block that does not exist.
 """
 
 from __future__ import annotations
@@ -106,10 +107,6 @@ def _storable(metadata: dict[str, Any] | None) -> dict[str, Any]:
     return metadata
 
 
-def _publishes(account: AccountInfo, owner: str) -> bool:
-    return account.is_admin or owner == account.name
-
-
 async def _deployment_id(resources: Resources, account: AccountInfo, name: str) -> int:
     """The deployment ``owner/name`` the caller may publish. One it may not see answers as
     one that does not exist; one it may see but does not own is refused (403)."""
@@ -120,7 +117,7 @@ async def _deployment_id(resources: Resources, account: AccountInfo, name: str) 
     found = await catalog.get_deployment(resources.engine, owner, short)
     if found is None:
         raise unknown
-    if _publishes(account, found.owner):
+    if catalog.manages(account, found.owner):
         return found.id
     if await resources.catalog.deployment(account, owner, short) is None:
         raise unknown
@@ -133,7 +130,7 @@ async def _version_id(resources: Resources, account: AccountInfo, version: str) 
     found = await catalog.get_version(resources.engine, version)
     if found is None:
         raise unknown
-    if _publishes(account, found.model.partition("/")[0]):
+    if catalog.manages(account, found.model.partition("/")[0]):
         return found.id
     if await resources.catalog.version(account, version) is None:
         raise unknown
@@ -169,7 +166,7 @@ async def create_block(
     else:
         raise _field_error("deployment", "a deployment (owner/name) or a version is required")
     block = await blocks.create(
-        resources.engine, account.id, metadata=metadata, synchronous=body.synchronous, **named
+        resources.engine, metadata=metadata, synchronous=body.synchronous, **named
     )
     rendered = render_block(block, resources.base_url(request))
     return FastJSONResponse(
@@ -227,9 +224,12 @@ async def get_block(
     openapi_extra=operation(),
 )
 async def delete_block(block_id: str, account: AccountDep, resources: ResourcesDep) -> Response:
-    """Delete one of the caller's blocks."""
-    if await blocks.delete_block(resources.engine, block_id, account.id):
-        return Response(status_code=204)
-    if await blocks.find(resources.engine, account, block_id, resources.catalog.grants) is None:
+    """Delete one of the caller's blocks (an admin account: anyone's)."""
+    block = await blocks.find(resources.engine, account, block_id, resources.catalog.grants)
+    if block is None:
         raise NotFound(f"Block {block_id} not found")
-    raise Forbidden(f"Block {block_id} is not yours: only its owner may delete it")
+    if not catalog.manages(account, block.owner):
+        raise Forbidden(f"Block {block_id} is not yours: only its owner may delete it")
+    if await blocks.delete_block(resources.engine, block_id, block.account_id):
+        return Response(status_code=204)
+    raise NotFound(f"Block {block_id} not found")

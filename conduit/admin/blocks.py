@@ -61,7 +61,6 @@ async def create_block(
     try:
         block = await blocks.create(
             engine,
-            account.id,
             metadata=metadata,
             synchronous=synchronous,
             block_id=block_id,

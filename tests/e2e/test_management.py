@@ -257,3 +257,76 @@ def test_the_scaler_follows_the_releases(
     assert sum(f"{{vp-{version}}}" in s for s in streams) == DEFAULT_SHARDS
     assert spec["advanced"]["scalingModifiers"]["target"] == "3"
     assert manifest["metadata"]["labels"]["conduit.dev/hardware"] == cpu
+
+
+def test_an_admin_reads_what_it_manages(
+    stack: Stack, owner: tuple[str, str], token: str, cpu: str, admin: Admin
+) -> None:
+    """An admin account manages every account's models and deployments, and reads them too:
+    the private model it made for another account is no 404 to it, in lists either, while a
+    stranger still gets the answer for a name that does not exist."""
+    name = owner[0]
+    operator_token = admin.create_account(f"op-{uuid.uuid4().hex[:8]}", admin_flag=True)
+    operator = replicate.Client(api_token=operator_token, base_url=stack.api_url)
+    stranger = httpx.Client(base_url=stack.api_url, headers={"Authorization": f"Bearer {token}"})
+    with operator._client, stranger:
+        operator.models.create(owner=name, name="sdxl", visibility="private", hardware=cpu)
+        got = operator.models.get(f"{name}/sdxl")
+        assert (got.owner, got.name, got.visibility) == (name, "sdxl", "private")
+        assert f"{name}/sdxl" in [f"{m.owner}/{m.name}" for m in operator.models.list().results]
+        with pytest.raises(ReplicateError) as taken:
+            operator.models.create(owner=name, name="sdxl", visibility="private", hardware=cpu)
+        assert _problem(taken)[0] == 409
+        patched = operator._client.patch(
+            f"/v1/models/{name}/sdxl",
+            json={"description": "admin's"},
+            headers={"Authorization": f"Bearer {operator_token}"},
+        )
+        assert patched.status_code == 200 and patched.json()["description"] == "admin's"
+
+        version = admin.create_model(f"{name}/sdxl", stack.runner_url)
+        model = operator.models.get(f"{name}/sdxl")
+        assert [v.id for v in model.versions.list()] == [version]
+        schema = model.versions.get(version).openapi_schema
+        second = admin.register_version(f"{name}/sdxl", schema, "rebuilt")
+
+        made = operator.deployments.create(
+            name="sdxl-prod",
+            model=f"{name}/sdxl",
+            version=version,
+            hardware=cpu,
+            min_instances=0,
+            max_instances=1,
+        )
+        mine = made.owner  # as on Replicate, a deployment is the caller's
+        assert operator.deployments.get(f"{mine}/sdxl-prod").owner == mine
+        listed = operator.deployments.list().results
+        assert f"{mine}/sdxl-prod" in [f"{d.owner}/{d.name}" for d in listed]
+        released = operator.deployments.update(mine, "sdxl-prod", version=second)
+        assert released.current_release is not None
+        assert released.current_release.version == second
+        read = operator._client.get(f"/v1/deployments/{mine}/sdxl-prod").json()
+        assert read["withdrawn"] is None  # its owner, an admin, sees the private model
+        assert operator.deployments.delete(mine, "sdxl-prod") is True
+
+        # The owner's own deployment, managed and read by the admin.
+        with replicate.Client(api_token=owner[1], base_url=stack.api_url)._client as own:
+            created = own.post(
+                "/v1/deployments",
+                json={"name": "sdxl-prod", "model": f"{name}/sdxl", "version": version,
+                      "hardware": cpu, "max_instances": 1},
+            )  # fmt: skip
+            assert created.status_code == 201, created.text
+        assert operator.deployments.get(f"{name}/sdxl-prod").owner == name
+        listed = operator.deployments.list().results
+        assert f"{name}/sdxl-prod" in [f"{d.owner}/{d.name}" for d in listed]
+        released = operator.deployments.update(name, "sdxl-prod", version=second)
+        assert released.current_release is not None
+        assert (released.current_release.number, released.current_release.version) == (2, second)
+
+        for path in (f"/v1/models/{name}/sdxl", f"/v1/deployments/{name}/sdxl-prod"):
+            assert stranger.get(path).status_code == 404, path
+        assert operator.deployments.delete(name, "sdxl-prod") is True
+        for each in (version, second):
+            assert operator.models.get(f"{name}/sdxl").versions.delete(each) is True
+        assert operator.models.delete(name, "sdxl") is True

@@ -223,14 +223,32 @@ def test_a_private_deployments_block_is_hidden_until_granted(world: World, admin
         assert owner.get(f"/v1/blocks/{block}").json() == private  # the block is still there
 
 
-def test_an_admin_account_publishes_any_deployment(world: World) -> None:
+def test_an_admin_account_publishes_any_deployment_as_a_block_of_its_owner(
+    world: World, database_url: str, redis_url: str
+) -> None:
+    """A block belongs to the owner of what it names whichever way it is published: an admin
+    account over REST and ``conduit admin create-block`` give the same owner."""
+    made = _cli(database_url, redis_url, "create-block", world.deployment)
+    assert made.returncode == 0, made.stderr
+    by_cli = made.stdout.strip()
     with world.client(world.operator) as operator:
         block = _create(operator, deployment=world.deployment)
-        assert block["owner"] == world.operator
-        assert block["id"] in _listed(operator)  # its own
+        by_version = _create(operator, version=world.version)
+        assert block["owner"] == by_version["owner"] == world.owner
+        assert operator.get(f"/v1/blocks/{by_cli}").json()["owner"] == world.owner
+        listed = _listed(operator)  # an admin reads every block
+        assert block["id"] in listed and by_cli in listed
     with world.client(world.owner) as owner:
         assert owner.get(f"/v1/blocks/{block['id']}").json() == block
-        assert_problem(owner.delete(f"/v1/blocks/{block['id']}"), 403)
+        assert block["id"] in _listed(owner)
+        deleted = owner.delete(f"/v1/blocks/{block['id']}")  # its own
+        assert deleted.status_code == 204, deleted.text
+    with world.client(world.other) as other:  # neither its owner nor an admin
+        assert_problem(other.delete(f"/v1/blocks/{by_version['id']}"), 404)
+    with world.client(world.operator) as operator:  # an admin deletes anyone's
+        for made_id in (by_cli, by_version["id"]):
+            deleted = operator.delete(f"/v1/blocks/{made_id}")
+            assert deleted.status_code == 204, deleted.text
 
 
 @pytest.mark.parametrize(
@@ -325,9 +343,9 @@ async def test_resolve_answers_only_what_the_account_may_use(engine: AsyncEngine
         engine, owner.name, "public", owner.name, "m", None, shards=2, prediction_timeout=60,
         visibility=Visibility.PUBLIC,
     )  # fmt: skip
-    on_private = await blocks.create(engine, owner.id, deployment_id=private.id, metadata=SEARCHED)
-    on_public = await blocks.create(engine, owner.id, deployment_id=public.id, synchronous=True)
-    on_version = await blocks.create(engine, owner.id, version_id=version)
+    on_private = await blocks.create(engine, deployment_id=private.id, metadata=SEARCHED)
+    on_public = await blocks.create(engine, deployment_id=public.id, synchronous=True)
+    on_version = await blocks.create(engine, version_id=version)
 
     assert on_private.deployment == f"{owner.name}/private"
     assert on_private.model == f"{owner.name}/m" and on_private.metadata == SEARCHED
@@ -362,7 +380,7 @@ async def test_resolve_answers_only_what_the_account_may_use(engine: AsyncEngine
     assert await blocks.delete_block(engine, on_private.id, owner.id)
     assert await blocks.get(engine, on_private.id) is None
     with pytest.raises(ValueError):
-        await blocks.create(engine, owner.id, deployment_id=public.id, version_id=version)
+        await blocks.create(engine, deployment_id=public.id, version_id=version)
 
 
 async def test_a_withdrawn_deployments_block_resolves_to_nothing(engine: AsyncEngine) -> None:
@@ -376,7 +394,7 @@ async def test_a_withdrawn_deployments_block_resolves_to_nothing(engine: AsyncEn
     borrowed = await catalog_admin.create_deployment(
         engine, borrower.name, "b", lender.name, "m", None, shards=2, prediction_timeout=60
     )
-    block = await blocks.create(engine, borrower.id, deployment_id=borrowed.id)
+    block = await blocks.create(engine, deployment_id=borrowed.id)
 
     def fresh() -> Catalog:
         return Catalog(engine, 60)
@@ -408,7 +426,7 @@ async def test_a_block_goes_with_its_deployment_and_the_database_holds_one_targe
     deployment = await catalog_admin.create_deployment(
         engine, owner.name, "d", owner.name, "m", None, shards=2, prediction_timeout=60
     )
-    block = await blocks.create(engine, owner.id, deployment_id=deployment.id)
+    block = await blocks.create(engine, deployment_id=deployment.id)
     with pytest.raises(IntegrityError, match="ck_blocks_deployment_or_version"):
         async with engine.begin() as conn:
             await conn.execute(
