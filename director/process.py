@@ -263,6 +263,15 @@ def _json(value: object) -> str:
     return orjson.dumps(value).decode()
 
 
+def _no_deployment(settings: DirectorSettings, error: LookupError) -> str:
+    """The one line a director whose deployment is missing exits with."""
+    what = "trainer director" if settings.job_kind == "training" else "director"
+    return (
+        f"conduit director: {error}: a {what} serves a deployment; create it first"
+        " (conduit admin create-deployment OWNER/NAME --model OWNER/MODEL, or POST /v1/deployments)"
+    )
+
+
 async def serve(settings: DirectorSettings) -> None:
     routes = settings.routes()
     file_settings = FileSettings()
@@ -314,9 +323,12 @@ async def serve(settings: DirectorSettings) -> None:
         dispatcher.start()
         served: list[Serving] = []
         for route in routes:
-            deployment = await load_deployment(
-                engine, route.deployment, Queue(redis), settings.drain_shards, settings.version
-            )
+            try:
+                deployment = await load_deployment(
+                    engine, route.deployment, Queue(redis), settings.drain_shards, settings.version
+                )
+            except LookupError as error:
+                raise SystemExit(_no_deployment(settings, error)) from None
             deployment = replace(deployment, job_kind=settings.job_kind)
             runner = RunnerClient(
                 route.runner_url,
