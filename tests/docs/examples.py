@@ -1,0 +1,66 @@
+"""The code blocks of the docs pages, as the suite runs them (``tests/docs/test_examples.py``).
+
+Every fenced block in a language the suite can run (``bash``/``sh``, ``python``, ``js``) is an
+example. One that cannot run here says so in the page, on the line before its fence::
+
+    <!-- not-run: needs a Kubernetes cluster -->
+
+so that leaving one out is deliberate, and counted. The rest run as printed, with only the
+values a reader substitutes replaced: the api's URL, the token, and ids of things made before
+the block runs (``<id>``, ``<urls.stream of the prediction>``, ``blk-…``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+#: The languages run, and what runs them.
+RUNNABLE = {"bash": "bash", "sh": "bash", "python": "python", "js": "node"}
+
+_FENCE = re.compile(r"^```(\S*)\s*$")
+_NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(.+?)\s*-->$")
+
+
+@dataclass(frozen=True)
+class Example:
+    page: str  # relative to docs/
+    line: int  # of the opening fence, 1-based
+    language: str
+    code: str
+    not_run: str | None  # the page's reason for not running it
+
+    @property
+    def name(self) -> str:
+        return f"{self.page}:{self.line}"
+
+
+def examples(docs: Path = DOCS) -> list[Example]:
+    found: list[Example] = []
+    for path in sorted(docs.rglob("*.md")):
+        found.extend(_blocks(path.relative_to(docs).as_posix(), path.read_text()))
+    return found
+
+
+def _blocks(page: str, text: str) -> list[Example]:
+    lines = text.splitlines()
+    found: list[Example] = []
+    index = 0
+    while index < len(lines):
+        opening = _FENCE.match(lines[index])
+        if opening is None:
+            index += 1
+            continue
+        end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+        language = opening.group(1)
+        if language in RUNNABLE:
+            before = [line for line in lines[:index] if line.strip()]
+            marker = _NOT_RUN.match(before[-1].strip()) if before else None
+            code = "\n".join(lines[index + 1 : end]) + "\n"
+            reason = marker.group(1) if marker else None
+            found.append(Example(page, index + 1, language, code, reason))
+        index = end + 1
+    return found

@@ -1,0 +1,140 @@
+"""Every example in the docs runs as printed against the live stack (api, echo runner and
+director for ``conduit/echo``), as an admin account's token, as ``./scripts/dev``'s is: only
+the values a reader substitutes are replaced (``tests/docs/examples.py``). A block the page
+marks ``<!-- not-run: … -->`` is skipped with its reason, so ``-ra`` lists what is not run.
+
+Shell examples run under ``set -euo pipefail`` with ``curl`` failing on an HTTP error
+(``--fail-with-body``), so an example that answers 4xx or 5xx fails here as it would fail its
+reader."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ECHO, Stack
+from tests.docs.examples import DOCS, Example, examples
+from tests.fixtures.admin import Admin
+from tests.fixtures.js_client import JS, NODE
+from tests.fixtures.js_client import missing as js_missing
+from tests.fixtures.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+EXAMPLES = examples()
+#: Seconds one example may take before the test gives up on it (a liveness deadline).
+DEADLINE = 90
+#: The api's address and the token as the pages print them.
+PRINTED_API = "http://127.0.0.1:8000"
+PRINTED_TOKEN = "r8_..."
+#: What a shell example runs before its first line.
+SHELL_PRELUDE = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
+
+
+@pytest.fixture(scope="module")
+def reader(stack: Stack, admin: Admin) -> dict[str, str]:
+    """The values a reader of the docs has: the api, an admin token (as the dev stack's), a
+    finished prediction and a block of ``conduit/echo``."""
+    token = admin.create_account(f"docs-{uuid.uuid4().hex[:10]}", admin_flag=True)
+    headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as http:
+        made = http.post(
+            f"/v1/models/{ECHO}/predictions",
+            json={"input": {"prompt": "hello", "n": 3}},
+            headers={"Prefer": "wait"},
+        )
+        assert made.status_code == 201, made.text
+        block = http.post("/v1/blocks", json={"deployment": ECHO})
+        assert block.status_code == 201, block.text
+    prediction = made.json()
+    return {
+        "api": stack.api_url,
+        "token": token,
+        "id": prediction["id"],
+        "stream": prediction["urls"]["stream"],
+        "block": block.json()["id"],
+    }
+
+
+def substituted(code: str, reader: dict[str, str]) -> str:
+    for printed, value in (
+        (PRINTED_API, reader["api"]),
+        (PRINTED_TOKEN, reader["token"]),
+        ("<urls.stream of the prediction>", reader["stream"]),
+        ("<id>", reader["id"]),
+        ("blk-…", reader["block"]),
+    ):
+        code = code.replace(printed, value)
+    return code
+
+
+def test_examples_are_found_and_each_is_run_or_says_why_not() -> None:
+    markers = sum(p.read_text().count("<!-- not-run:") for p in DOCS.rglob("*.md"))
+    assert markers == sum(e.not_run is not None for e in EXAMPLES), (
+        "a <!-- not-run: … --> marker stands before no runnable block"
+    )
+    assert any(e.page == "tutorials/using-it.md" and e.not_run is None for e in EXAMPLES)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
+def test_example_runs_as_printed(
+    example: Example, reader: dict[str, str], stack: Stack, tmp_path: Path
+) -> None:
+    if example.not_run is not None:
+        pytest.skip(f"{example.name}: not-run: {example.not_run}")
+    code = substituted(example.code, reader)
+    if "/run " in code or "/run\n" in code:
+        _wait_for_a_runner_on_the_lane(reader)
+    env = {**os.environ, "API": reader["api"], "TOKEN": reader["token"]}
+    command: list[str]
+    cwd = tmp_path
+    if example.language == "python":
+        (tmp_path / "example.py").write_text(code)
+        command = [sys.executable, "example.py"]
+    elif example.language == "js":
+        if js_missing() is not None:
+            pytest.skip(js_missing() or "")
+        assert NODE is not None
+        (tmp_path / "node_modules").symlink_to(JS / "node_modules")
+        (tmp_path / "example.mjs").write_text(code)
+        command = [NODE, "example.mjs"]
+    else:
+        (tmp_path / "example.sh").write_text(SHELL_PRELUDE + code)
+        command = [_bash(), "example.sh"]
+    done = subprocess.run(
+        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=DEADLINE
+    )
+    assert done.returncode == 0, (
+        f"{example.name} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
+    )
+
+
+def _bash() -> str:
+    bash = shutil.which("bash")
+    assert bash is not None
+    return bash
+
+
+def _wait_for_a_runner_on_the_lane(reader: dict[str, str]) -> None:
+    """The fleet view takes a heartbeat or two to see a new runner: wait until ``/run`` has
+    one, as a reader would find it a moment after the stack came up."""
+    headers = {"Authorization": f"Bearer {reader['token']}"}
+
+    def probe() -> Any:
+        answer = httpx.post(
+            f"{reader['api']}/v1/deployments/{ECHO}/run",
+            json={"input": {"prompt": "ready"}},
+            headers=headers,
+            timeout=30,
+        )
+        return answer.status_code == 200 or None
+
+    wait_for(probe, "a runner on the synchronous lane")
