@@ -15,10 +15,13 @@ class ApiSettings(BaseSettings):
         env_prefix="CONDUIT_API_", extra="ignore", env_ignore_empty=True
     )
 
+    #: The Postgres database (the primary).
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/conduit",
         validation_alias=AliasChoices("DATABASE_URL", "CONDUIT_DATABASE_URL"),
     )
+    #: The Redis of queues and events: one server, a master behind Sentinel, or a Cluster
+    #: (``redis+sentinel://``, ``redis+cluster://``).
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "CONDUIT_REDIS_URL")
     )
@@ -60,7 +63,9 @@ class ApiSettings(BaseSettings):
     #: the client (e.g. ``127.0.0.1`` or ``10.0.0.0/8``). Empty: the peer of the connection is
     #: the client, and ``X-Forwarded-For`` is ignored.
     trusted_proxies: str = ""
+    #: Items per page of a list (predictions, files, models, ...).
     page_size: int = Field(100, ge=1, le=1000)
+    #: Postgres connections kept per process; as many again open as overflow under load.
     db_pool_size: int = 10
     #: Redis connections for commands, per process; a command waits for a free one. Waiters
     #: (``Prefer: wait``, SSE) hold none: one more connection reads events for all of them.

@@ -3,7 +3,8 @@
 ``python -m conduit.settings_doc > docs/reference/settings.md`` writes it again; a test checks
 that the committed page is what this prints. Each class (found as ``conduit.settings_catalog``
 finds them) is a table of its fields: the variables a field is read from, its default, and its
-meaning, taken from the ``#:`` comment above the field or the docstring below it.
+meaning, taken from the ``#:`` comment above the field (which also covers the fields right
+below it, with no blank line between) or the docstring below it.
 """
 
 from __future__ import annotations
@@ -83,21 +84,27 @@ def _field_notes(settings: type[BaseSettings]) -> dict[str, str]:
     body = ast.parse(source).body[0]
     assert isinstance(body, ast.ClassDef)
     notes: dict[str, str] = {}
+    above: ast.AnnAssign | None = None  # the described field on the line right above
     for index, node in enumerate(body.body):
         if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            above = None
             continue
-        above: list[str] = []
+        comment: list[str] = []
         row = node.lineno - 2
         while row >= 0 and lines[row].strip().startswith("#:"):
-            above.insert(0, lines[row].strip()[2:].strip())
+            comment.insert(0, lines[row].strip()[2:].strip())
             row -= 1
-        text = " ".join(above)
+        text = " ".join(comment)
         following = body.body[index + 1] if index + 1 < len(body.body) else None
         if not text and isinstance(following, ast.Expr):
             value = following.value
             if isinstance(value, ast.Constant) and isinstance(value.value, str):
                 text = " ".join(inspect.cleandoc(value.value).split())
+        # One comment above several fields, with no blank line between, describes them all.
+        if not text and above is not None and above.end_lineno == node.lineno - 1:
+            text = "With the row above."
         notes[node.target.id] = text
+        above = node if text else None
     return notes
 
 

@@ -30,10 +30,12 @@ class DirectorSettings(BaseSettings):
         env_prefix="CONDUIT_DIRECTOR_", extra="ignore", env_ignore_empty=True
     )
 
+    #: The Postgres database, as the api reads it.
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/conduit",
         validation_alias=AliasChoices("DATABASE_URL", "CONDUIT_DATABASE_URL"),
     )
+    #: The Redis of queues and events, as the api reads it.
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "CONDUIT_REDIS_URL")
     )
@@ -46,6 +48,7 @@ class DirectorSettings(BaseSettings):
     events_retention: int = 3600
     #: ``OWNER/NAME``, or several ``OWNER/NAME=MODEL`` (comma-separated) on ``pool_url``.
     deployment: str = ""
+    #: The runner this director drives, over Cog's HTTP protocol.
     runner_url: str = "http://127.0.0.1:5000"
     #: A model pool host (``conduit runner pool``) whose slots run the deployments: each one's
     #: runner is ``<pool_url>/models/<MODEL>``, and the pool's ``/v1/capabilities`` says which
@@ -64,10 +67,13 @@ class DirectorSettings(BaseSettings):
     #: How api replicas reach the runner, when not by ``runner_url`` (its fleet entry's URL);
     #: with ``pool_url``, how they reach the pool (each slot's fleet URL is under it).
     runner_public_url: str | None = None
+    #: Predictions this director runs at once: its runner's slots.
     concurrency: int = Field(1, ge=1)
     #: Stable across restarts of the same sidecar, so a restarted director re-reads its own
     #: unacknowledged entries. Defaults to host name + a hash of deployment and runner URL.
     id: str | None = None
+    #: Where the director's receiver listens (its runner's webhooks and uploads, ``/metrics``,
+    #: ``/livez``, ``/readyz``); port 0: a free one.
     receiver_host: str = "127.0.0.1"
     receiver_port: int = 0
     #: How runners reach the receiver, when not ``http://receiver_host:receiver_port``.
@@ -81,7 +87,10 @@ class DirectorSettings(BaseSettings):
     cancel_grace: float = 5.0
     #: Seconds between re-reads of this director's own unacknowledged entries.
     retry_interval: float = 5.0
+    #: Longest block, in milliseconds, of one read of the streams.
     block_ms: int = 1000
+    #: Seconds between writes of a running prediction's output and logs to Postgres (and one
+    #: at its end).
     flush_interval: float = 0.5
     #: Seconds an entry may go without a heartbeat before another director reclaims it.
     visibility_timeout: float = 60.0

@@ -18,13 +18,16 @@ class GatewaySettings(BaseSettings):
         env_prefix="CONDUIT_GATEWAY_", extra="ignore", env_ignore_empty=True
     )
 
+    #: The Postgres database, as the api reads it.
     database_url: str = Field(
         "postgresql://postgres@127.0.0.1:5432/conduit",
         validation_alias=AliasChoices("DATABASE_URL", "CONDUIT_DATABASE_URL"),
     )
+    #: The Redis of queues and events, as the api reads it.
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "CONDUIT_REDIS_URL")
     )
+    #: Where the gRPC server listens (``--host``, ``--port``).
     host: str = "127.0.0.1"
     port: int = Field(50051, ge=0, le=65535)
     #: Largest message received or sent, in bytes. gRPC's own default (4 MiB) refuses the
@@ -115,6 +118,7 @@ class GatewaySettings(BaseSettings):
             "CONDUIT_GATEWAY_CREATE_RATE_BURST", "CONDUIT_API_CREATE_RATE_BURST"
         ),
     )
+    #: Postgres connections kept; as many again open as overflow under load.
     db_pool_size: int = Field(10, ge=1)
     #: Seconds calls under way get to finish after SIGTERM before they are cancelled.
     shutdown_grace: float = Field(30.0, ge=0)
@@ -125,11 +129,13 @@ class GatewaySettings(BaseSettings):
         "http://127.0.0.1:8000",
         validation_alias=AliasChoices("CONDUIT_GATEWAY_PUBLIC_URL", "CONDUIT_PUBLIC_URL"),
     )
+    #: Redis connections for commands.
     redis_pool_size: int = Field(32, ge=1)
     #: Seconds a block, a deployment or a version is cached once read.
     cache_ttl: float = Field(5.0, ge=0)
     #: Tasks waiting on the durable path at once (each one subscription to the event hub).
     max_waiters: int = Field(10_000, ge=1)
+    #: Longest block, in milliseconds, of the event reader's one read.
     events_block_ms: int = Field(250, ge=10)
     #: Seconds a prediction's events are kept after it ends (as the api keeps them).
     events_retention: int = Field(3600, ge=1)
@@ -198,6 +204,8 @@ class GatewaySettings(BaseSettings):
     #: The database the log goes to (default: this cluster's own; the api reads it from
     #: there, ``CONDUIT_GATEWAY_LOG_DATABASE_URL`` in its environment too).
     log_database_url: str | None = None
+    #: Log entries waiting to be written, at most (past it they are dropped), written per
+    #: ``COPY`` in batches of ``log_batch``, a batch waiting ``log_flush_interval`` seconds to fill.
     log_queue: int = Field(10_000, ge=1)
     log_batch: int = Field(1000, ge=1)
     log_flush_interval: float = Field(0.25, gt=0)

@@ -67,9 +67,11 @@ class RunnerConfig(BaseSettings):
     guard refuses internal addresses: loopback by default, where a runner's director sits; in
     a container network, the director's service name."""
     webhook_max_retries: int = 12
+    """Retries of the terminal webhook after its first try."""
     webhook_backoff_base: float = 0.1
     """The terminal webhook's n-th retry waits ``base * 2**min(n, 10)`` seconds."""
     webhook_timeout: float = 30.0
+    """Seconds one webhook delivery may take in all."""
     webhook_connect_timeout: float = Field(
         3.0,
         gt=0,
@@ -98,6 +100,7 @@ class RunnerConfig(BaseSettings):
         ge=0,
         validation_alias=_env("cache_max_bytes", "CONDUIT_RUNNER_CACHE_MAX_BYTES"),
     )
+    """Bytes of answers the runner's result cache holds at most."""
     capabilities_ttl: float = Field(
         5.0,
         ge=0,

@@ -18,6 +18,7 @@ class WebhookSettings(BaseSettings):
     allow_cidrs: str = ""
     #: Comma-separated seconds before each retry of a ``completed`` webhook.
     retry_schedule: str = ",".join(f"{s:g}" for s in DEFAULT_SCHEDULE)
+    #: Each retry's wait is stretched by up to this fraction, at random (jitter only adds).
     retry_jitter: float = Field(0.2, ge=0, lt=1)
     #: Seconds for one attempt, whatever the receiver does (answer, body, silence).
     timeout: float = Field(10.0, gt=0)

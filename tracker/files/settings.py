@@ -25,9 +25,11 @@ class FileSettings(BaseSettings):
     backend: Literal["local", "s3"] = "local"
     #: The ``local`` backend's directory.
     dir: Path = Path(".conduit/files")
+    #: The ``s3`` backend's bucket.
     s3_bucket: str | None = None
     #: An S3-compatible server (MinIO, ...); unset = AWS S3 itself.
     s3_endpoint_url: str | None = None
+    #: The bucket's region.
     s3_region: str = "us-east-1"
     #: Unset = the standard AWS credential chain (environment, profile, instance role).
     s3_access_key_id: SecretStr | None = None
