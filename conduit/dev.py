@@ -2,7 +2,10 @@
 
 Uses ``DATABASE_URL``/``REDIS_URL`` when set, otherwise throwaway servers; migrates; starts an
 echo runner, the api and a director as child processes; creates a dev account, the model and
-deployment ``conduit/echo``; prints how to call it. Ctrl-C stops everything it started.
+deployment ``conduit/echo``; with ``--with-files`` also the file model ``conduit/files`` (its
+input ``file``, its output a copy), with ``--with-gateway`` the gRPC gateway. Prints how to
+call it and writes the exports a second shell needs (:mod:`conduit.dev_exports`). Ctrl-C stops
+everything it started.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from collections.abc import Callable
 import httpx
 
 from conduit.binaries import ServicesUnavailable
+from conduit.dev_exports import DevStack, banner, write_env_file
 from conduit.services import local_services
 from core.ports import free_port
 
 MODEL = "conduit/echo"
+FILES_MODEL = "conduit/files"
 CONCURRENCY = 4
 
 
@@ -91,60 +96,80 @@ def _admin(env: dict[str, str], *args: str) -> str:
     return result.stdout.strip().splitlines()[-1]
 
 
-def run_dev(port: int = 8000) -> int:
+def run_dev(port: int = 8000, with_files: bool = False, with_gateway: bool = False) -> int:
     try:
         with local_services(os.environ.get("REDIS_URL"), os.environ.get("DATABASE_URL")) as urls:
             env = {**os.environ, "REDIS_URL": urls.redis_url, "DATABASE_URL": urls.database_url}
             # The runner takes cancel and shutdown only with a token its director sends.
             if not env.get("CONDUIT_RUNNER_TOKEN"):
                 env["CONDUIT_RUNNER_TOKEN"] = secrets.token_urlsafe(32)
-            return _serve(env, port)
+            return _serve(env, port, with_files, with_gateway)
     except ServicesUnavailable as error:
         print(f"conduit dev: {error}", file=sys.stderr)
         return 2
 
 
-def _serve(env: dict[str, str], port: int) -> int:
+def _serve_model(children: Children, env: dict[str, str], model: str, runner: str) -> str:
+    """A runner of ``runner``, model and public deployment ``model``, and its director; the
+    runner's URL."""
+    runner_port = free_port()
+    runner_url = f"http://127.0.0.1:{runner_port}"
+    args = ("--port", str(runner_port), "--concurrency", str(CONCURRENCY))
+    children.start(f"{runner} runner", "runner", runner, *args)
+    wait_until(
+        lambda: _status_ok(f"{runner_url}/health-check", "status", "READY"), "runner", children
+    )
+    _admin(env, "create-model", model, "--runner-url", runner_url)
+    _admin(env, "create-deployment", model, "--model", model, "--visibility", "public")
+    return runner_url
+
+
+def _serve(env: dict[str, str], port: int, with_files: bool, with_gateway: bool) -> int:
     from conduit.cli import migrate
 
     migrate(env["DATABASE_URL"])
+    # The URLs the api hands out (files a runner downloads) name the port it listens on.
+    env["CONDUIT_PUBLIC_URL"] = env.get("CONDUIT_PUBLIC_URL") or f"http://127.0.0.1:{port}"
     children = Children(env)
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    env_file = None
     try:
-        runner_port = free_port()
-        runner_url = f"http://127.0.0.1:{runner_port}"
-        children.start(
-            "runner",
-            "runner",
-            "echo",
-            "--port",
-            str(runner_port),
-            "--concurrency",
-            str(CONCURRENCY),
-        )
-        wait_until(
-            lambda: _status_ok(f"{runner_url}/health-check", "status", "READY"), "runner", children
-        )
-        _admin(env, "create-model", MODEL, "--runner-url", runner_url)
-        _admin(env, "create-deployment", MODEL, "--model", MODEL, "--visibility", "public")
+        runners = {MODEL: _serve_model(children, env, MODEL, "echo")}
+        if with_files:
+            runners[FILES_MODEL] = _serve_model(children, env, FILES_MODEL, "files")
         # An admin: its token also signs in to the operator page (/ops).
         token = _admin(env, "create-account", "dev", "--admin")
         children.start("api", "api", "--port", str(port))
-        children.start(
-            "director",
-            "director",
-            "--deployment",
-            MODEL,
-            "--runner-url",
-            runner_url,
-            "--concurrency",
-            str(CONCURRENCY),
-        )
+        for model, runner_url in runners.items():
+            children.start(
+                f"{model} director",
+                "director",
+                "--deployment",
+                model,
+                "--runner-url",
+                runner_url,
+                "--concurrency",
+                str(CONCURRENCY),
+            )
+        gateway = None
+        if with_gateway:
+            gateway = f"127.0.0.1:{free_port()}"
+            children.start("gateway", "gateway", "--port", gateway.rpartition(":")[2])
         api_url = f"http://127.0.0.1:{port}"
         wait_until(lambda: _status_ok(f"{api_url}/health"), "api", children)
-        _print_banner(api_url, runner_url, token, env)
+        stack = DevStack(
+            api_url,
+            token,
+            env["DATABASE_URL"],
+            env["REDIS_URL"],
+            env["CONDUIT_RUNNER_TOKEN"],
+            runners,
+            gateway,
+        )
+        env_file = write_env_file(stack)
+        print(banner(stack, env_file, MODEL), flush=True)
         while not stop.wait(0.5):
             problem = children.exited()
             if problem:
@@ -153,25 +178,5 @@ def _serve(env: dict[str, str], port: int) -> int:
         return 0
     finally:
         children.stop()
-
-
-def _print_banner(api_url: str, runner_url: str, token: str, env: dict[str, str]) -> None:
-    print(
-        f"""
-Conduit is running.
-  API:       {api_url}
-  Token:     {token}
-  Runner:    {runner_url}
-  Operators: {api_url}/ops  (sign in with the token above)
-  Database:  {env["DATABASE_URL"]}
-  Redis:     {env["REDIS_URL"]}
-
-Try it:
-  curl -s -X POST {api_url}/v1/models/{MODEL}/predictions \\
-    -H "Authorization: Bearer {token}" -H "Content-Type: application/json" \\
-    -d '{{"input": {{"prompt": "hello", "n": 3}}}}'
-
-Press Ctrl-C to stop everything.
-""",
-        flush=True,
-    )
+        if env_file is not None:
+            env_file.unlink(missing_ok=True)

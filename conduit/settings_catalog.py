@@ -37,7 +37,11 @@ PROCESS_PACKAGES: dict[str, tuple[str, ...]] = {
 
 #: Read from ``os.environ`` directly rather than through a settings class, by the CLI every
 #: process starts from; each must still appear, quoted, in the file named.
-DIRECT_READS: dict[str, str] = {"CONDUIT_LOG_LEVEL": "core/logs.py"}
+DIRECT_READS: dict[str, str] = {
+    "CONDUIT_LOG_LEVEL": "core/logs.py",
+    "CONDUIT_LOG_FORMAT": "core/logs.py",
+    "CONDUIT_RUNNER_MODELS": "runners/models/__init__.py",
+}
 
 
 @cache

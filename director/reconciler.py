@@ -70,7 +70,12 @@ class Reconciler:
         now = time.time()
         created = await self.redis.set(keys.EPOCH_KEY, str(now), nx=True)
         if created:
-            log.warning("Redis has no epoch marker: new or emptied; rebuilding queue state")
+            # INFO: every first start meets a fresh Redis. A Redis that lost its data is told
+            # by the warning of what it lost (predictions re-enqueued, below).
+            log.info(
+                "Redis holds no queue state yet (a new Redis, or one that lost its data): "
+                "setting up the queues; predictions missing from them will be re-enqueued"
+            )
             await self.queue.ensure_groups(self.streams())
             return 0.0
         value = await self.redis.get(keys.EPOCH_KEY)

@@ -64,10 +64,10 @@ async def create_account(
 ) -> tuple[AccountInfo, str]:
     """Create an account (or reuse one of that name) and a new token; returns the token once.
     ``admin``: make it an admin (True) or not (False); None leaves a reused account as it was
-    (a new one is not)."""
+    (a new one is not). A deactivated account of that name is active again."""
     token = new_api_token()
     values: dict[str, Any] = {"name": name, "webhook_secret": new_webhook_secret()}
-    updated: dict[str, Any] = {"name": name}
+    updated: dict[str, Any] = {"name": name, "active": True}
     if admin is not None:
         values["is_admin"] = updated["is_admin"] = admin
     async with engine.begin() as conn:

@@ -14,7 +14,6 @@ from conduit.admin.blocks import (
     create_block,
     delete_block,
     format_blocks,
-    list_blocks,
     parse_metadata,
 )
 from conduit.admin.deployments import create_deployment
@@ -34,7 +33,6 @@ __all__ = [
     "format_blocks",
     "format_fleet",
     "grant",
-    "list_blocks",
     "parse_metadata",
     "read_runner_schema",
     "revoke",

@@ -1,4 +1,5 @@
-"""``conduit admin create-account``, ``set-admin``, ``ops-viewer``: accounts and their roles."""
+"""``conduit admin create-account``, ``list-accounts``, ``show-account``, ``delete-account``,
+``set-admin``, ``ops-viewer``: accounts and their roles."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit.admin.running import with_engine
-from tracker import catalog_admin
+from conduit.admin.tables import add_list_options, listing, to_json, when
+from tracker import accounts, catalog_admin
+from tracker.accounts import AccountSummary
+
+ACCOUNT_COLUMNS = ("NAME", "ACTIVE", "ROLE", "TOKENS", "MODELS", "DEPLOYMENTS", "BLOCKS", "CREATED")
 
 
 async def create_account(engine: AsyncEngine, name: str, admin: bool | None = None) -> str:
@@ -36,6 +41,47 @@ async def set_ops_role(engine: AsyncEngine, account: str, withdraw: bool) -> str
     return f"account {account} {'may not' if withdraw else 'may'} look at /ops (read-only)"
 
 
+def _role(account: AccountSummary) -> str:
+    return "admin" if account.is_admin else account.ops_role or "-"
+
+
+def _row(account: AccountSummary) -> tuple[str, ...]:
+    counts = (account.tokens, account.models, account.deployments, account.blocks)
+    active = "yes" if account.active else "no"
+    return (account.name, active, _role(account), *map(str, counts), when(account.created_at))
+
+
+async def show_account(engine: AsyncEngine, name: str) -> AccountSummary:
+    found = await accounts.read_account(engine, name)
+    if found is None:
+        raise SystemExit(f"account {name} does not exist")
+    return found
+
+
+async def delete_account(engine: AsyncEngine, name: str) -> str:
+    try:
+        tokens = await accounts.deactivate_account(engine, name)
+    except LookupError as error:
+        raise SystemExit(str(error)) from error
+    return (
+        f"account {name} deactivated, {tokens} token(s) deleted; what it made and ran is kept "
+        f"(create-account {name} makes it active again)"
+    )
+
+
+def cmd_list_accounts(args: argparse.Namespace) -> None:
+    found = with_engine(lambda engine: accounts.list_accounts(engine, args.limit))
+    print(listing(found, ACCOUNT_COLUMNS, _row, as_json=args.json, empty="no accounts"))
+
+
+def cmd_show_account(args: argparse.Namespace) -> None:
+    print(to_json(with_engine(lambda engine: show_account(engine, args.name))))
+
+
+def cmd_delete_account(args: argparse.Namespace) -> None:
+    print(with_engine(lambda engine: delete_account(engine, args.name), catalog_change=True))
+
+
 def cmd_create_account(args: argparse.Namespace) -> None:
     made_admin = True if args.admin else None
     print(with_engine(lambda engine: create_account(engine, args.name, made_admin)))
@@ -56,6 +102,21 @@ def add_accounts(admin_sub: Any) -> None:
         "--admin", action="store_true", help="make it an admin (it may read GET /v1/fleet)"
     )
     account.set_defaults(func=cmd_create_account)
+    listed = admin_sub.add_parser(
+        "list-accounts", help="list accounts: role, tokens, what each owns"
+    )
+    add_list_options(listed)
+    listed.set_defaults(func=cmd_list_accounts)
+    shown = admin_sub.add_parser("show-account", help="print an account as JSON")
+    shown.add_argument("name", metavar="ACCOUNT")
+    shown.set_defaults(func=cmd_show_account)
+    deleted = admin_sub.add_parser(
+        "delete-account",
+        help="deactivate an account and delete its tokens (its models, deployments and "
+        "predictions are kept)",
+    )
+    deleted.add_argument("name", metavar="ACCOUNT")
+    deleted.set_defaults(func=cmd_delete_account)
     set_admin_ = admin_sub.add_parser(
         "set-admin", help="make an account an admin (it may read GET /v1/fleet)"
     )

@@ -1,10 +1,10 @@
-"""``conduit admin create-block``, ``list-blocks``, ``delete-block``: deployments and model
-versions published as blocks for the inference gateway."""
+"""``conduit admin create-block``, ``list-blocks``, ``show-block``, ``delete-block``:
+deployments and model versions published as blocks for the inference gateway."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit.admin.names import split_name
 from conduit.admin.running import with_engine
-from conduit.admin.tables import table
+from conduit.admin.tables import add_list_options, listing, to_json
 from tracker import blocks, catalog
 
 
@@ -74,26 +74,28 @@ async def create_block(
 BLOCK_COLUMNS = ("ID", "OWNER", "RUNS", "MODEL", "SYNCHRONOUS", "METADATA")
 
 
-def format_blocks(found: Iterable[blocks.BlockInfo]) -> str:
-    """Blocks as a table, one a line, newest first; RUNS is the deployment or the version."""
-    rows = [
-        (
-            block.id,
-            block.owner,
-            block.deployment or f"version {block.version_id}",
-            block.model,
-            "yes" if block.synchronous else "no",
-            orjson.dumps(block.metadata).decode(),
-        )
-        for block in found
-    ]
-    return table(BLOCK_COLUMNS, rows)
+def _row(block: blocks.BlockInfo) -> tuple[str, ...]:
+    """RUNS is the deployment or the version."""
+    return (
+        block.id,
+        block.owner,
+        block.deployment or f"version {block.version_id}",
+        block.model,
+        "yes" if block.synchronous else "no",
+        orjson.dumps(block.metadata).decode(),
+    )
 
 
-async def list_blocks(engine: AsyncEngine, limit: int = 1000) -> str:
-    """``conduit admin list-blocks``: the newest ``limit`` blocks of every account."""
-    found = await blocks.list_blocks(engine, None, limit=limit)
-    return format_blocks(found) if found else "no blocks"
+def format_blocks(found: Sequence[blocks.BlockInfo], as_json: bool = False) -> str:
+    """Blocks as a table, one a line, newest first (or a JSON array)."""
+    return listing(found, BLOCK_COLUMNS, _row, as_json=as_json, empty="no blocks")
+
+
+async def show_block(engine: AsyncEngine, block_id: str) -> blocks.BlockInfo:
+    found = await blocks.get(engine, block_id)
+    if found is None:
+        raise SystemExit(f"block {block_id} does not exist")
+    return found
 
 
 async def delete_block(engine: AsyncEngine, block_id: str) -> str:
@@ -114,7 +116,12 @@ def cmd_create_block(args: argparse.Namespace) -> None:
 
 
 def cmd_list_blocks(args: argparse.Namespace) -> None:
-    print(with_engine(lambda engine: list_blocks(engine, args.limit)))
+    found = with_engine(lambda engine: blocks.list_blocks(engine, None, limit=args.limit))
+    print(format_blocks(found, args.json))
+
+
+def cmd_show_block(args: argparse.Namespace) -> None:
+    print(to_json(with_engine(lambda engine: show_block(engine, args.block_id))))
 
 
 def cmd_delete_block(args: argparse.Namespace) -> None:
@@ -136,8 +143,11 @@ def add_blocks(admin_sub: Any) -> None:
     block.add_argument("--id", help="the block's id (blk- and 4 to 12 lowercase letters or digits)")
     block.set_defaults(func=cmd_create_block)
     listed = admin_sub.add_parser("list-blocks", help="list the blocks of every account")
-    listed.add_argument("--limit", type=int, default=1000, help="newest N")
+    add_list_options(listed)
     listed.set_defaults(func=cmd_list_blocks)
+    shown = admin_sub.add_parser("show-block", help="print a block as JSON")
+    shown.add_argument("block_id", metavar="BLOCK_ID")
+    shown.set_defaults(func=cmd_show_block)
     deleted = admin_sub.add_parser("delete-block", help="delete a block")
     deleted.add_argument("block_id", metavar="BLOCK_ID")
     deleted.set_defaults(func=cmd_delete_block)

@@ -1,4 +1,5 @@
-"""``conduit admin create-deployment`` and ``scaler``: deployments and their KEDA scaler."""
+"""``conduit admin create-deployment``, ``list-deployments``, ``show-deployment``,
+``delete-deployment`` and ``scaler``: deployments and their KEDA scaler."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from conduit.admin.names import (
     split_name,
 )
 from conduit.admin.names import visibility as parse_visibility
-from conduit.admin.running import with_engine
-from tracker import catalog, catalog_admin
+from conduit.admin.running import OPERATOR, with_engine
+from conduit.admin.tables import add_list_options, listing, to_json, when
+from tracker import catalog, catalog_admin, management
+from tracker.catalog import DeploymentInfo
 from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
 
@@ -70,6 +73,50 @@ async def create_deployment(
     return deployment
 
 
+DEPLOYMENT_COLUMNS = ("DEPLOYMENT", "MODEL", "RELEASE", "VERSION", "VISIBILITY", "CREATED")
+
+
+def _row(deployment: DeploymentInfo) -> tuple[str, ...]:
+    return (
+        deployment.full_name,
+        deployment.model,
+        str(deployment.release_number),
+        deployment.version_id,
+        deployment.visibility + (" (withdrawn)" if deployment.withdrawn else ""),
+        when(deployment.created_at),
+    )
+
+
+async def show_deployment(engine: AsyncEngine, name: str) -> DeploymentInfo:
+    owner, short = split_name(name)
+    found = await catalog.get_deployment(engine, owner, short)
+    if found is None:
+        raise SystemExit(f"deployment {name} does not exist")
+    return found
+
+
+async def delete_deployment(engine: AsyncEngine, name: str) -> str:
+    deployment = await show_deployment(engine, name)
+    try:
+        await management.delete_deployment(engine, deployment, OPERATOR)
+    except (LookupError, management.Refused, management.InUse) as error:
+        raise SystemExit(f"delete-deployment: {error}") from None
+    return f"deleted deployment {name}"
+
+
+def cmd_list_deployments(args: argparse.Namespace) -> None:
+    found = with_engine(lambda engine: catalog.list_deployments(engine, OPERATOR, limit=args.limit))
+    print(listing(found, DEPLOYMENT_COLUMNS, _row, as_json=args.json, empty="no deployments"))
+
+
+def cmd_show_deployment(args: argparse.Namespace) -> None:
+    print(to_json(with_engine(lambda engine: show_deployment(engine, args.name))))
+
+
+def cmd_delete_deployment(args: argparse.Namespace) -> None:
+    print(with_engine(lambda engine: delete_deployment(engine, args.name), catalog_change=True))
+
+
 def cmd_create_deployment(args: argparse.Namespace) -> None:
     deployment = with_engine(
         lambda engine: create_deployment(
@@ -122,9 +169,7 @@ def add_deployments(admin_sub: Any) -> None:
         default=DEFAULT_SHARDS,
         help="its queue's shard streams (see move-shards)",
     )
-    deployment.add_argument(
-        "--prediction-timeout", type=float, default=1800.0, help="seconds (30 min)"
-    )
+    deployment.add_argument("--prediction-timeout", type=float, default=1800.0, help="seconds")
     deployment.add_argument(
         "--max-attempts",
         type=int,
@@ -155,6 +200,18 @@ def add_deployments(admin_sub: Any) -> None:
         help="honour X-Priority: high from every account that may use it (unchanged if omitted)",
     )
     deployment.set_defaults(func=cmd_create_deployment)
+    listed = admin_sub.add_parser("list-deployments", help="list every account's deployments")
+    add_list_options(listed)
+    listed.set_defaults(func=cmd_list_deployments)
+    shown = admin_sub.add_parser("show-deployment", help="print a deployment as JSON")
+    shown.add_argument("name", metavar="OWNER/NAME")
+    shown.set_defaults(func=cmd_show_deployment)
+    deleted = admin_sub.add_parser(
+        "delete-deployment",
+        help="delete a deployment (refused while it is a block or runs predictions)",
+    )
+    deleted.add_argument("name", metavar="OWNER/NAME")
+    deleted.set_defaults(func=cmd_delete_deployment)
     scaler = admin_sub.add_parser(
         "scaler",
         help="print a deployment's KEDA ScaledObject (min/max instances as its releases set "

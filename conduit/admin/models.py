@@ -1,4 +1,5 @@
-"""``conduit admin create-model``: a model version registered from what its runner serves."""
+"""``conduit admin create-model``, ``list-models``, ``show-model``, ``delete-model``: models,
+each version registered from what its runner serves."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit.admin.names import VISIBILITIES, note_new_owner, split_name
 from conduit.admin.names import visibility as parse_visibility
-from conduit.admin.running import with_engine
+from conduit.admin.running import OPERATOR, with_engine
+from conduit.admin.tables import add_list_options, listing, to_json, when
 from protocol import bearer
-from tracker import catalog_admin
+from tracker import catalog, catalog_admin, management
+from tracker.catalog import ModelInfo
 from tracker.keys import DEFAULT_SHARDS
 
 
@@ -69,6 +72,61 @@ async def create_model(
     )
 
 
+MODEL_COLUMNS = ("MODEL", "VISIBILITY", "LATEST VERSION", "HARDWARE", "CREATED")
+
+
+def _row(model: ModelInfo) -> tuple[str, ...]:
+    latest = model.latest_version_id or "-"
+    name = f"{model.owner}/{model.name}"
+    return (name, model.visibility, latest, model.hardware or "-", when(model.created_at))
+
+
+async def _model(engine: AsyncEngine, name: str) -> ModelInfo:
+    owner, short = split_name(name)
+    found = await catalog.get_model(engine, owner, short)
+    if found is None:
+        raise SystemExit(f"model {name} does not exist")
+    return found
+
+
+async def show_model(engine: AsyncEngine, name: str) -> dict[str, Any]:
+    """The model's row and its versions, newest first."""
+    model = await _model(engine, name)
+    return {"model": model, "versions": await catalog.list_versions(engine, model.id)}
+
+
+async def delete_model(engine: AsyncEngine, name: str, with_versions: bool) -> str:
+    """Delete the model; ``with_versions``: its versions first (each refused while a
+    deployment runs it)."""
+    model = await _model(engine, name)
+    try:
+        if with_versions:
+            for version in await catalog.list_versions(engine, model.id):
+                await management.delete_version(engine, model, version, OPERATOR)
+        await management.delete_model(engine, model, OPERATOR)
+    except (LookupError, management.Refused, management.InUse) as error:
+        raise SystemExit(f"delete-model: {error}") from None
+    return f"deleted model {name}"
+
+
+def cmd_list_models(args: argparse.Namespace) -> None:
+    found = with_engine(lambda engine: catalog.list_models(engine, OPERATOR, limit=args.limit))
+    print(listing(found, MODEL_COLUMNS, _row, as_json=args.json, empty="no models"))
+
+
+def cmd_show_model(args: argparse.Namespace) -> None:
+    print(to_json(with_engine(lambda engine: show_model(engine, args.name))))
+
+
+def cmd_delete_model(args: argparse.Namespace) -> None:
+    print(
+        with_engine(
+            lambda engine: delete_model(engine, args.name, args.with_versions),
+            catalog_change=True,
+        )
+    )
+
+
 def cmd_create_model(args: argparse.Namespace) -> None:
     print(
         with_engine(
@@ -99,3 +157,19 @@ def add_models(admin_sub: Any) -> None:
         help="public (default for a new model) or private; unchanged when omitted on an existing",
     )
     model.set_defaults(func=cmd_create_model)
+    listed = admin_sub.add_parser("list-models", help="list every account's models")
+    add_list_options(listed)
+    listed.set_defaults(func=cmd_list_models)
+    shown = admin_sub.add_parser("show-model", help="print a model and its versions as JSON")
+    shown.add_argument("name", metavar="OWNER/NAME")
+    shown.set_defaults(func=cmd_show_model)
+    deleted = admin_sub.add_parser(
+        "delete-model", help="delete a model (refused while it has versions or deployments)"
+    )
+    deleted.add_argument("name", metavar="OWNER/NAME")
+    deleted.add_argument(
+        "--with-versions",
+        action="store_true",
+        help="delete its versions first (each refused while a deployment runs it)",
+    )
+    deleted.set_defaults(func=cmd_delete_model)

@@ -7,8 +7,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from conduit.cli import database_url, run_async
+from tracker.catalog import AccountInfo
 
 T = TypeVar("T")
+
+#: Who the CLI acts as where a rule asks who acts (reads, deletes): an admin, which sees and
+#: manages what every account owns.
+OPERATOR = AccountInfo(id=0, name="", active=True, webhook_secret="", is_admin=True)
 
 
 def with_engine(work: Callable[[Any], Awaitable[T]], *, catalog_change: bool = False) -> T:
