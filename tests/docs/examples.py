@@ -7,7 +7,8 @@ example. One that cannot run here says so in the page, on the line before its fe
 
 so that leaving one out is deliberate, and counted. The rest run as printed, with only the
 values a reader substitutes replaced: the api's URL, the token, and ids of things made before
-the block runs (``<id>``, ``<urls.stream of the prediction>``, ``blk-…``).
+the block runs (``<id>``, ``<urls.stream of the prediction>``, ``blk-…``) or served for it
+(``conduit/files``), and the files of the reader's that it opens are made for it.
 """
 
 from __future__ import annotations

@@ -10,10 +10,12 @@ reader."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from tests.docs.examples import DOCS, Example, examples
 from tests.fixtures.admin import Admin
 from tests.fixtures.js_client import JS, NODE
 from tests.fixtures.js_client import missing as js_missing
+from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -37,6 +40,10 @@ PRINTED_API = "http://127.0.0.1:8000"
 PRINTED_TOKEN = "r8_..."
 #: What a shell example runs before its first line.
 SHELL_PRELUDE = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
+#: The file model the pages name (``conduit runner files``), served when an example needs it.
+FILES_MODEL = "conduit/files"
+#: A file of the reader's that an example opens or uploads by name: made for it here.
+READER_FILE = re.compile(r'(?:open|files\.create)\("([\w.-]+)"')
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +71,22 @@ def reader(stack: Stack, admin: Admin) -> dict[str, str]:
     }
 
 
+@pytest.fixture(scope="module")
+def files_model(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[str]:
+    """A public deployment of the ``files`` model on a runner of its own, under a name of
+    this module's (the pages' ``conduit/files`` is substituted by it)."""
+    proc, url = launcher.runner("files", concurrency=2)
+    name = f"docs-{uuid.uuid4().hex[:8]}/files"
+    admin.create_model(name, url)
+    admin.create_deployment(name, name, shards=1, visibility="public")
+    director = launcher.director(name, url, concurrency=2)
+    try:
+        yield name
+    finally:
+        director.stop()
+        proc.stop()
+
+
 def substituted(code: str, reader: dict[str, str]) -> str:
     for printed, value in (
         (PRINTED_API, reader["api"]),
@@ -71,6 +94,7 @@ def substituted(code: str, reader: dict[str, str]) -> str:
         ("<urls.stream of the prediction>", reader["stream"]),
         ("<id>", reader["id"]),
         ("blk-…", reader["block"]),
+        (FILES_MODEL, reader.get("files", FILES_MODEL)),
     ):
         code = code.replace(printed, value)
     return code
@@ -86,10 +110,18 @@ def test_examples_are_found_and_each_is_run_or_says_why_not() -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
 def test_example_runs_as_printed(
-    example: Example, reader: dict[str, str], stack: Stack, tmp_path: Path
+    example: Example,
+    reader: dict[str, str],
+    stack: Stack,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     if example.not_run is not None:
         pytest.skip(f"{example.name}: not-run: {example.not_run}")
+    if FILES_MODEL in example.code:
+        reader = {**reader, "files": request.getfixturevalue("files_model")}
+    for name in READER_FILE.findall(example.code):
+        (tmp_path / name).write_bytes(f"{name}: a file of the reader's\n".encode())
     code = substituted(example.code, reader)
     if "/run " in code or "/run\n" in code:
         _wait_for_a_runner_on_the_lane(reader)
