@@ -110,7 +110,10 @@ def _alias_heads(alias: str | AliasChoices | AliasPath | None) -> list[str]:
 
 def _modules_mentioning(package: str, name: str) -> Iterator[str]:
     for path in sorted((ROOT / package).rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        text = path.read_text()
+        if name not in text:  # most modules: no parse (every process start asks, env_check)
+            continue
+        tree = ast.parse(text, str(path))
         if any(
             isinstance(node, ast.Name | ast.Attribute) and _names(node, name)
             for node in ast.walk(tree)
