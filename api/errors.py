@@ -22,12 +22,16 @@ Exception tree::
     ├── OutOfCapacity       429: the synchronous lane has no permit for a ``/run``
     │                            (``code: "out_of_capacity"``, with Retry-After)
     ├── RunnerFailed        502: a ``/run`` failed on its runner(s) (``code: "runner_failed"``)
-    └── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
+    ├── Unavailable         503: Postgres or Redis unreachable (with Retry-After)
+    └── RunnerUnavailable   503: every runner of a ``/run``'s destination refused this
+                                 server's runner token (``code: "runner_unavailable"``, with
+                                 Retry-After): the platform's misconfiguration, no run recorded
 
 A problem may carry ``code``, a stable machine-readable name beside the human ``detail``.
 
 The synchronous lane's refusals (``lane.errors``) are mapped here (:func:`lane_problem`): its
-``OutOfCapacity`` and ``RunFailed`` to the problems above, ``LaneNotRunning`` to a 503.
+``OutOfCapacity``, ``RunFailed`` and ``RunnerUnavailable`` to the problems above,
+``LaneNotRunning`` to a 503.
 An input ``tracker.input_checks`` refuses (``RefusedInput``) is an ``InvalidInput`` naming the
 same fields (:func:`invalid_input`).
 
@@ -197,10 +201,27 @@ class RunnerFailed(Problem):
         super().__init__(detail, code="runner_failed")
 
 
+class RunnerUnavailable(Problem):
+    status = 503
+    title = "Service unavailable"
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(
+            "No runner can take this run: its runners refused this server's runner token "
+            "(CONDUIT_RUNNER_TOKEN differs between the api and the runner), so they are out of "
+            "service (the operator page shows them) until one answers again. Nothing was run "
+            "or recorded.",
+            headers={"Retry-After": str(retry_after)},
+            code="runner_unavailable",
+        )
+
+
 def lane_problem(error: lane_errors.LaneError) -> Problem:
     """The problem a refusal of the synchronous lane is answered with."""
     if isinstance(error, lane_errors.OutOfCapacity):
         return OutOfCapacity(error.reason, error.retry_after_s)
+    if isinstance(error, lane_errors.RunnerUnavailable):
+        return RunnerUnavailable(error.retry_after_s)
     if isinstance(error, lane_errors.RunFailed):
         return RunnerFailed(error.detail)
     return Unavailable("The synchronous lane is not running on this server.")

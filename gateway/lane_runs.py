@@ -10,7 +10,7 @@ from typing import Any
 
 from gateway.destinations import Destination
 from gateway.errors import Aborted, Cancelled, ResourceExhausted, Unavailable
-from lane.errors import LaneNotRunning, OutOfCapacity, RunFailed
+from lane.errors import LaneNotRunning, OutOfCapacity, RunFailed, RunnerUnavailable
 from lane.events import RejectReason
 from lane.request import Destination as LaneDestination
 from lane.request import Finished, RunRequest
@@ -79,6 +79,11 @@ async def run_on_lane(
         raise ResourceExhausted(
             f"block {block.id} is at capacity ({refused.reason.value}); retry in "
             f"{refused.retry_after_s:g} s"
+        ) from None
+    except RunnerUnavailable:
+        raise Unavailable(
+            f"block {block.id}'s runners refused this server's runner token"
+            " (CONDUIT_RUNNER_TOKEN differs): out of service until one answers again"
         ) from None
     except RunFailed as failed:
         raise Unavailable(f"block {block.id}'s runners failed: {failed.detail}") from None

@@ -17,12 +17,16 @@ Rules, from the design page:
   ending: the core arms the timer for those too);
 * a failed or refused attempt is retried only before the first byte, only on another runner
   free right now, at most ``max_attempts`` in all, within the retry budget; otherwise it ends
-  (a refusal as ``out_of_capacity``: it is capacity, not an error).
+  (a refusal as ``out_of_capacity``: it is capacity, not an error);
+* a runner that refuses this server's runner token is out of service at once (an ejection);
+  while every runner of a deployment is, its requests are refused ``runner_unavailable`` (a
+  503, not the run's failure) instead of queueing.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import random
 
 from core.shell import ArmTimer, Tick
@@ -101,6 +105,9 @@ class LaneCore:
         if state is None or not state.pool.listed:
             self._reject_new(state, "", RejectReason.NO_RUNNER, out)
             return _only_reject(out)
+        if state.pool.unavailable_for(now) is not None:
+            self._reject_new(state, "", RejectReason.RUNNER_UNAVAILABLE, out)
+            return _only_reject(out)
         if not state.queue and (state.pool.permits > 0 or state.pool.shared > 0):
             return None
         max_queue = self._max_queue(state)
@@ -143,6 +150,9 @@ class LaneCore:
         now = event.now
         if deployment is None or not deployment.pool.listed:
             self._reject_new(deployment, event.request_id, RejectReason.NO_RUNNER, out)
+            return
+        if deployment.pool.unavailable_for(now) is not None:
+            self._reject_new(deployment, event.request_id, RejectReason.RUNNER_UNAVAILABLE, out)
             return
         if event.deadline is not None and event.deadline <= now:
             self._reject_new(deployment, event.request_id, RejectReason.EXPIRED, out)
@@ -216,6 +226,8 @@ class LaneCore:
                 deployment.service.add(now - request.started_at)
         elif event.outcome is Outcome.FAILED:
             pool.failed(event.runner_id, now)
+        elif event.outcome is Outcome.UNAUTHORIZED:
+            pool.refused_token(event.runner_id, now)
         elif event.outcome is Outcome.REFUSED:
             pool.refused(event.runner_id, event.retry_after, now)
 
@@ -236,7 +248,13 @@ class LaneCore:
             self._dispatch(deployment, request, runner, event.now, out)
             return
         del self._requests[request.request_id]
-        if event.outcome is Outcome.REFUSED and not event.first_byte_sent:
+        if event.outcome is Outcome.UNAUTHORIZED:
+            self._count_reject(deployment, RejectReason.RUNNER_UNAVAILABLE)
+            out.append(
+                self._reject(deployment, request.request_id, RejectReason.RUNNER_UNAVAILABLE)
+            )
+            self._shed_unavailable(deployment, event.now, out)
+        elif event.outcome is Outcome.REFUSED and not event.first_byte_sent:
             self._count_reject(deployment, RejectReason.OUT_OF_CAPACITY)
             out.append(self._reject(deployment, request.request_id, RejectReason.OUT_OF_CAPACITY))
         else:
@@ -328,6 +346,13 @@ class LaneCore:
             assert victim is not None
             self._end_queued(deployment, victim, RejectReason.OUT_OF_CAPACITY, out)
 
+    def _shed_unavailable(self, deployment: LaneDeployment, now: float, out: list[Effect]) -> None:
+        """Every runner out of service: what waits for one is refused now, not at expiry."""
+        if deployment.pool.unavailable_for(now) is None:
+            return
+        while (request_id := deployment.queue.pop()) is not None:
+            self._end_queued(deployment, request_id, RejectReason.RUNNER_UNAVAILABLE, out)
+
     def _end_queued(
         self, deployment: LaneDeployment, request_id: str, reason: RejectReason, out: list[Effect]
     ) -> None:
@@ -355,6 +380,11 @@ class LaneCore:
     def _reject(self, deployment: LaneDeployment, request_id: str, reason: RejectReason) -> Reject:
         if reason is RejectReason.NO_RUNNER:
             return Reject(request_id, reason, self.config.no_runner_retry_after_s)
+        if reason is RejectReason.RUNNER_UNAVAILABLE:
+            until = deployment.pool.unavailable_for(self._now)
+            wait = math.ceil(until) if until is not None else self.config.retry_after_min_s
+            low, high = self.config.retry_after_min_s, self.config.retry_after_max_s
+            return Reject(request_id, reason, min(high, max(low, wait)))
         seconds = retry_after(
             len(deployment.queue) + 1,
             deployment.service.p50(),

@@ -5,6 +5,8 @@ LaneError           (abstract)
 │                   runner serves the destination (429 out_of_capacity + Retry-After)
 ├── RunFailed       the run failed on its runner(s) before its answer began (502
 │                   runner_failed)
+├── RunnerUnavailable every runner of the destination refused this server's runner token
+│                   and is out of service (503 runner_unavailable + Retry-After)
 └── LaneNotRunning  this process runs no lane (503)
 """
 
@@ -32,6 +34,22 @@ class RunFailed(LaneError):
     def __init__(self, detail: str) -> None:
         super().__init__(detail)
         self.detail = detail
+
+
+class RunnerUnavailable(LaneError):
+    """Every runner that could take the request refused this server's runner token: a
+    misconfiguration of the platform, not the request's failure (no run is recorded)."""
+
+    def __init__(self, reject: Reject) -> None:
+        super().__init__(reject.reason.value)
+        self.retry_after_s = reject.retry_after_s
+
+
+def refusal(reject: Reject) -> LaneError:
+    """The lane error a ``Reject`` is raised as."""
+    if reject.reason is RejectReason.RUNNER_UNAVAILABLE:
+        return RunnerUnavailable(reject)
+    return OutOfCapacity(reject)
 
 
 class LaneNotRunning(LaneError):

@@ -32,6 +32,10 @@ class Outcome(enum.StrEnum):
     """The runner said it is at capacity (Cog 409, 429, 503); not a health failure."""
     DISCONNECTED = "disconnected"
     """The client went away while the runner worked; ends the request, never retried."""
+    UNAUTHORIZED = "unauthorized"
+    """The runner refused this server's runner token (401, 403): a misconfiguration, not the
+    request's fault. The runner is taken out of service at once (even the last one: it serves
+    nothing) and the request may go to another runner."""
 
 
 class RejectReason(enum.StrEnum):
@@ -41,6 +45,9 @@ class RejectReason(enum.StrEnum):
     """Queued past min(deadline, arrival + queue_ttl)."""
     NO_RUNNER = "no_runner"
     """The deployment has no runner in the fleet view."""
+    RUNNER_UNAVAILABLE = "runner_unavailable"
+    """Every runner of the deployment is out of service for refusing this server's runner token
+    (answered 503: the platform's fault, not a capacity limit)."""
 
 
 def band_of(priority: Priority) -> int:
@@ -140,7 +147,8 @@ class Dispatch:
 
 @dataclass(frozen=True, slots=True)
 class Reject:
-    """Answer 429 problem+json ``code: out_of_capacity`` with ``Retry-After``; final."""
+    """Answer 429 problem+json ``code: out_of_capacity`` with ``Retry-After`` (503
+    ``runner_unavailable`` for :attr:`RejectReason.RUNNER_UNAVAILABLE`); final."""
 
     request_id: str
     reason: RejectReason

@@ -78,7 +78,8 @@ class LaneCollector(Collector):
         )
         rejections = CounterMetricFamily(
             "lane_rejections",
-            "Requests answered 429 out_of_capacity, by why.",
+            "Requests refused without a run, by why (runner_unavailable: a 503, the others a "
+            "429 out_of_capacity).",
             labels=["deployment", "reason"],
         )
         retries = CounterMetricFamily(

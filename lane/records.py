@@ -43,6 +43,8 @@ class LaneCounters:
     """Retries in flight (what the retry budget bounds)."""
     retries_total: int
     retry_budget_exhausted_total: int
+    out_of_service: tuple[str, ...] = ()
+    """Runners taken out of service for refusing this server's runner token."""
 
 
 @dataclass(slots=True)
@@ -92,4 +94,5 @@ class LaneDeployment:
             retrying=self.budget.retrying,
             retries_total=self.retries,
             retry_budget_exhausted_total=self.budget_exhausted,
+            out_of_service=tuple(self.pool.out_of_service(now)),
         )

@@ -5,8 +5,9 @@ The call is the one runner client's synchronous ``POST /predictions``
 (:mod:`protocol.answers`). What the lane needs from it is its :class:`~lane.events.Outcome`,
 one per verdict (:data:`OUTCOMES`): a refusal is capacity, not a failure; a runner that cannot
 serve the model or its time, an unreachable runner, a 5xx or a broken answer is the call
-failing (another runner may take it); anything the runner ran, and an input it refused, is
-``ok``: the runner answered, and the run is over.
+failing (another runner may take it); a runner refusing this server's token is out of service
+(``unauthorized``: the platform's misconfiguration, never the run's failure); anything the
+runner ran, and an input it refused, is ``ok``: the runner answered, and the run is over.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ OUTCOMES: Final[dict[Verdict, Outcome]] = {
     Verdict.REFUSED: Outcome.REFUSED,
     Verdict.OUT_OF_TIME: Outcome.FAILED,
     Verdict.CANNOT_SERVE: Outcome.FAILED,
-    Verdict.UNAUTHORIZED: Outcome.FAILED,
+    Verdict.UNAUTHORIZED: Outcome.UNAUTHORIZED,
     Verdict.NOT_RUNNING: Outcome.FAILED,
     Verdict.BROKEN: Outcome.FAILED,
     Verdict.UNREACHABLE: Outcome.FAILED,

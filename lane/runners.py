@@ -49,6 +49,8 @@ class LaneRunner:
     ejected_until: float | None = None
     ejections: int = 0
     """Ejections in a row (the next one lasts twice as long); reset by a success long after."""
+    unauthorized: bool = False
+    """Ejected for refusing this server's runner token (until it answers a call again)."""
 
     def blocked(self, now: float) -> bool:
         """Full or ejected at ``now``."""
@@ -195,6 +197,7 @@ class RunnerPool:
         if runner is None:
             return
         runner.failures = 0
+        runner.unauthorized = False
         ended = runner.ejected_until
         if ended is not None and now >= ended + self.health.eject_max_s:
             runner.ejections, runner.ejected_until = 0, None
@@ -213,6 +216,41 @@ class RunnerPool:
         runner.ejections += 1
         runner.failures = 0
         return True
+
+    def refused_token(self, runner_id: str, now: float) -> None:
+        """The runner refused this server's runner token: out of service at once, even the
+        last one (it serves nothing), for an ejection's time (doubling while it keeps
+        refusing); then a call tries it again."""
+        runner = self._runners.get(runner_id)
+        if runner is None:
+            return
+        runner.ejected_until = now + backoff_delay(
+            runner.ejections, initial=self.health.eject_base_s, cap=self.health.eject_max_s
+        )
+        runner.ejections += 1
+        runner.failures = 0
+        runner.unauthorized = True
+
+    def out_of_service(self, now: float) -> list[str]:
+        """The runners ejected now for refusing this server's runner token."""
+        return [
+            runner.runner_id
+            for runner in self._runners.values()
+            if runner.unauthorized
+            and runner.ejected_until is not None
+            and now < runner.ejected_until
+        ]
+
+    def unavailable_for(self, now: float) -> float | None:
+        """Seconds until a runner may serve again, when every listed runner is out of service
+        for refusing the token; None when some listed runner is not."""
+        listed = [runner for runner in self._runners.values() if runner.listed]
+        if not listed or not all(
+            runner.unauthorized and runner.ejected_until is not None and now < runner.ejected_until
+            for runner in listed
+        ):
+            return None
+        return min(runner.ejected_until or now for runner in listed) - now
 
     def _last_usable(self, runner: LaneRunner, now: float) -> bool:
         return not any(

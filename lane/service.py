@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lane import serving
 from lane.background import Background
-from lane.errors import OutOfCapacity
+from lane.errors import refusal
 from lane.events import band_of
 from lane.loans import Loans
 from lane.membership import Membership
@@ -80,11 +80,12 @@ class Lane:
         return client
 
     def refuse_early(self, lane: str, account_id: int, priority: Priority) -> None:
-        """Raise :class:`OutOfCapacity` when the lane would surely refuse a request now (no
-        runner, the queue full), before its body is read."""
+        """Raise :class:`~lane.errors.OutOfCapacity` (or ``RunnerUnavailable``) when the lane
+        would surely refuse a request now (no runner, the queue full, every runner out of
+        service), before its body is read."""
         early = self.shell.refuse_early(lane, str(account_id), band_of(priority))
         if early is not None:
-            raise OutOfCapacity(early)
+            raise refusal(early)
 
     async def run(self, request: RunRequest) -> RunResult:
         """Take one ``/run`` through the lane (:func:`lane.serving.run`)."""

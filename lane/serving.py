@@ -22,7 +22,7 @@ import orjson
 from core.ids import new_prediction_id
 from lane import runner_call
 from lane.departure import Departure
-from lane.errors import OutOfCapacity, RunFailed
+from lane.errors import RunFailed, refusal
 from lane.events import Dispatch, Fail, Outcome, Reject, band_of
 from lane.outputs import OutputNotKept, RunOutputs, failed
 from lane.request import Finished, Left, RunRequest, RunResult, Streamed, StreamEvent
@@ -119,8 +119,8 @@ class LaneRun:
 
 
 async def run(lane: Lane, request: RunRequest) -> RunResult:
-    """Take ``request`` through the lane to its answer. Raises :class:`OutOfCapacity` or
-    :class:`RunFailed` when there is no run to answer."""
+    """Take ``request`` through the lane to its answer. Raises a lane error
+    (``lane.errors``) when there is no run to answer."""
     call = LaneRun(lane, request)
     destination = request.destination
     shell = lane.shell
@@ -152,7 +152,7 @@ async def _attempts(call: LaneRun, verdict: Dispatch | Reject | Fail) -> RunResu
     last_error: str | None = None
     while True:
         if isinstance(verdict, Reject):
-            raise OutOfCapacity(verdict)
+            raise refusal(verdict)
         if isinstance(verdict, Fail):
             error = verdict.error if last_error is None else f"{verdict.error} ({last_error})"
             call.record(Status.FAILED, None, error)
@@ -167,13 +167,21 @@ async def _attempts(call: LaneRun, verdict: Dispatch | Reject | Fail) -> RunResu
                 return Streamed(_events(call, dispatch, answer), call.headers(dispatch, answer))
             lane.shell.done(dispatch, Outcome.OK, first_byte_sent=True)
             return await _finished(call, dispatch, answer)
-        log.info(
-            "run %s: attempt %d on %s: %s",
-            call.id,
-            dispatch.attempt,
-            dispatch.runner_id,
-            answer.error,
-        )
+        if answer.outcome is Outcome.UNAUTHORIZED:
+            log.warning(
+                "runner %s refused this server's runner token (CONDUIT_RUNNER_TOKEN differs):"
+                " out of service on the lane: %s",
+                dispatch.runner_id,
+                answer.error,
+            )
+        else:
+            log.info(
+                "run %s: attempt %d on %s: %s",
+                call.id,
+                dispatch.attempt,
+                dispatch.runner_id,
+                answer.error,
+            )
         last_error = answer.error
         next_verdict = lane.shell.done(
             dispatch, answer.outcome, first_byte_sent=False, retry_after=answer.retry_after

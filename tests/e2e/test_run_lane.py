@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import threading
 import time
 import uuid
@@ -446,3 +447,73 @@ def test_replicas_outnumbering_a_runners_permits_all_serve(
                 assert response.json()["output"] == [f"p{n}-0"]
     finally:
         runner.stop()
+
+
+def _ops_workers(api_url: str, operator_token: str) -> str:
+    """``/ops/workers`` as an operator who signed in over plain HTTP."""
+    with httpx.Client(base_url=api_url, timeout=30) as http:
+        form = http.get("/ops/login?next=/ops/workers")
+        found = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert found is not None, form.text
+        signed = http.post(
+            "/ops/login",
+            data={"token": operator_token, "csrf": found.group(1), "next": "/ops/workers"},
+            headers={"Origin": api_url},
+        )
+        assert signed.status_code == 303, signed.text
+        page = http.get("/ops/workers")
+        assert page.status_code == 200, page.text
+        return page.text
+
+
+def test_a_runner_refusing_the_api_token_is_out_of_service_not_a_failed_run(
+    stack: Stack,
+    launcher: Launcher,
+    redis_url: str,
+    slow_deployment: Deployment,
+    client: httpx.Client,
+    admin: Admin,
+) -> None:
+    """A runner started with a token of its own refuses the api's: the ``/run`` is a 503
+    ``runner_unavailable`` with Retry-After (the platform's fault), no failed prediction is
+    recorded for the caller, the runner is out of service on the lane (the next request is
+    refused at once, not sent to it) and ``/ops`` says so."""
+    members = _members(redis_url)
+    proc, wrong_url = launcher.runner(
+        "echo", concurrency=2, env={"CONDUIT_RUNNER_TOKEN": "a-token-of-its-own-not-the-apis"}
+    )
+    path = f"/v1/deployments/{slow_deployment.name}/run"
+    name, version = slow_deployment.name, slow_deployment.version
+    try:
+        entry = _entry("r-wrong-token", wrong_url, name, version, members)
+        with _registered(redis_url, entry):
+            wait_for(lambda: _lane(stack.api_url, name)["free"] == 1, "the runner's permit")
+            for _ in range(2):  # the second is refused at once: the runner is out of service
+                response = client.post(path, json={"input": {"prompt": "x"}})
+                problem = assert_problem(response, 503)
+                assert problem["code"] == "runner_unavailable", problem
+                assert "runner token" in problem["detail"], problem
+                assert 1 <= int(response.headers["Retry-After"]) <= 30
+            assert _lane(stack.api_url, name)["free"] == 0  # its permit is not shown free
+            operator = admin.create_account(f"ops-{uuid.uuid4().hex[:8]}", admin_flag=True)
+            workers = _ops_workers(stack.api_url, operator)
+            assert "r-wrong-token: refused the runner token" in workers
+    finally:
+        proc.stop()
+
+    # A run on a good runner is recorded after the refused ones would have been: only it is.
+    good = _entry("r-good-token", slow_deployment.runner_url, name, version, members)
+    with _registered(redis_url, good):
+
+        def ran() -> httpx.Response | None:  # once the lane's view lists the good runner
+            response = client.post(path, json={"input": {"prompt": "ok"}})
+            return response if response.status_code == 200 else None
+
+        run_id = wait_for(ran, "a run on the good runner").json()["id"]
+
+        def recorded() -> list[dict[str, Any]] | None:
+            page: list[dict[str, Any]] = client.get("/v1/predictions").json()["results"]
+            return page if any(p["id"] == run_id for p in page) else None
+
+        listed = wait_for(recorded, "the good run in the account's list")
+    assert [(p["id"], p["status"]) for p in listed] == [(run_id, "succeeded")]

@@ -393,6 +393,33 @@ def test_the_last_runner_is_never_ejected() -> None:
         assert isinstance(done(core, f"x{i}", "r1", Outcome.FAILED, now=i)[0], Fail)
 
 
+def test_a_runner_refusing_the_token_is_out_of_service_at_once_even_the_last() -> None:
+    """Not the run's failure: the request goes to another runner, or is refused
+    ``runner_unavailable`` (no ``Fail``); while every runner is out, arrivals are refused at
+    once and nothing queues; the ejection ends and a call tries the runner again."""
+    core = lane()
+    runners(core, ("r1", 1), ("r2", 1))
+    assert dispatches(arrive(core, "x")) == [("x", "r1", 1)]
+    moved = done(core, "x", "r1", Outcome.UNAUTHORIZED, now=1.0)
+    assert dispatches(moved) == [("x", "r2", 2)]
+    assert core.snapshot()["d"].out_of_service == ("r1",)
+    assert dispatches(arrive(core, "q", now=1.5)) == []  # r2 busy: it queues
+    refused = done(core, "x", "r2", Outcome.UNAUTHORIZED, now=2.0)
+    assert not any(isinstance(effect, Fail) for effect in refused)
+    assert rejects(refused) == [
+        ("x", RejectReason.RUNNER_UNAVAILABLE),
+        ("q", RejectReason.RUNNER_UNAVAILABLE),
+    ]
+    assert all(r.retry_after_s >= 28 for r in refused if isinstance(r, Reject))
+    assert core.snapshot()["d"].out_of_service == ("r1", "r2")
+    assert rejects(arrive(core, "y", now=3.0)) == [("y", RejectReason.RUNNER_UNAVAILABLE)]
+    early = core.refuse_early("d", "a", 1, 3.0)
+    assert early is not None and early.reason is RejectReason.RUNNER_UNAVAILABLE
+    assert dispatches(arrive(core, "z", now=31.5)) == [("z", "r1", 1)]  # its 30 s are over
+    done(core, "z", "r1", now=31.6)
+    assert core.snapshot()["d"].out_of_service == ("r2",)  # r1 answered: back in service
+
+
 # --- endpoint choice ----------------------------------------------------------------------------
 
 
