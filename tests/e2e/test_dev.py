@@ -62,7 +62,7 @@ def _parse_banner(text: str) -> Banner | None:
     if "Press Ctrl-C" not in text:
         return None
     found = {
-        key: re.search(rf"^\s+{key}:\s+(\S+)$", text, re.MULTILINE)
+        key: re.search(rf"^\s+{key}:\s+(\S+)", text, re.MULTILINE)
         for key in ("API", "Runner", "Token")
     }
     curl = re.search(r"^\s+(curl .*?[^\\])$", text, re.MULTILINE | re.DOTALL)
@@ -100,11 +100,20 @@ def dev_env(services: ServiceUrls, redis_url: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def dev(dev_env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], Output]]:
-    # Its own session, so the test can see (and, on failure, stop) everything dev starts.
+def dev_flags() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def dev(
+    dev_env: dict[str, str], dev_flags: list[str], tmp_path: Path
+) -> Iterator[tuple[subprocess.Popen[bytes], Output]]:
+    # Its own session, so the test can see (and, on failure, stop) everything dev starts; its
+    # own directory, for the .conduit/dev.env it writes.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "conduit", "dev", "--port", str(free_port())],
+        [sys.executable, "-m", "conduit", "dev", "--port", str(free_port()), *dev_flags],
         env=dev_env,
+        cwd=tmp_path,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -139,6 +148,8 @@ def test_dev_serves_the_printed_curl_and_stops_everything_on_sigint(
     printed = wait_for(banner, "conduit dev's banner", timeout=150, interval=0.2)
     children = [pid for pid in _session_members(proc.pid) if pid != proc.pid]
     assert len(children) >= 3, output.text  # runner, api, director
+    # A first run says nothing that alarms: no warning, no alembic plug-in lines.
+    assert not re.search(r"WARNING|Traceback|alembic\.runtime", output.text), output.text
 
     if shutil.which("curl"):
         ran = subprocess.run(["sh", "-c", printed.curl], capture_output=True, text=True, timeout=30)
@@ -175,3 +186,87 @@ def _post_like_curl(printed: Banner) -> str:
     assert url and payload, printed.curl
     headers = dict(h.split(": ", 1) for h in re.findall(r'-H "([^"]+)"', printed.curl))
     return httpx.post(url[1], headers=headers, content=payload[1], timeout=30).text
+
+
+def _second_shell(cwd: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` in a shell that knows nothing of the stack (no DATABASE_URL, REDIS_URL or
+    CONDUIT_* names, a PATH without Conduit's virtualenv) but what it evals."""
+    venv_bin = str(Path(sys.executable).parent)
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != venv_bin)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("CONDUIT_", "REPLICATE_")) and k not in ("DATABASE_URL", "REDIS_URL")
+    }
+    env["PATH"] = path
+    env["CONDUIT_LOG_LEVEL"] = "WARNING"
+    return subprocess.run(
+        ["sh", "-c", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("dev_flags", [["--with-files", "--with-gateway"]])
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads the process table from /proc")
+def test_dev_exports_drive_the_cli_and_clients_from_a_second_shell(
+    dev: tuple[subprocess.Popen[bytes], Output], dev_flags: list[str], tmp_path: Path
+) -> None:
+    proc, output = dev
+
+    def banner() -> Banner | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"conduit dev exited {proc.returncode}:\n{output.text}")
+        return _parse_banner(output.text)
+
+    printed = wait_for(banner, "conduit dev's banner", timeout=200, interval=0.2)
+    conduit = Path(sys.executable).parent / "conduit"
+    assert f"CLI:       {conduit.resolve()}" in output.text
+    runner_token = re.search(r"^\s+Runner token: (\S+)", output.text, re.MULTILINE)
+    assert runner_token, output.text
+    files_runner = re.search(r"^\s+Runner:\s+(\S+)\s+\(conduit/files\)", output.text, re.M)
+    gateway = re.search(r"^\s+Gateway:\s+(\S+)", output.text, re.MULTILINE)
+    assert files_runner and gateway, output.text
+
+    # Eval what conduit dev --env prints; then the CLI is on the PATH and reaches dev's
+    # database and Redis, and dev's runner token registers a model from dev's runner.
+    script = f"""set -e
+eval "$({conduit} dev --env)"
+test "$REPLICATE_BASE_URL" = {printed.api_url}
+test "$CONDUIT_RUNNER_TOKEN" = {runner_token[1]}
+conduit admin list-deployments --json
+conduit admin create-model me/files --runner-url {files_runner[1]} >&2
+"""
+    ran = _second_shell(tmp_path, script)
+    assert ran.returncode == 0, ran.stderr
+    deployments = {d["owner"] + "/" + d["name"] for d in json.loads(ran.stdout)}
+    assert deployments == {"conduit/echo", "conduit/files"}
+    assert "created account me" in ran.stderr
+    # The file it wrote is what --env printed, private to its user and ignored by git.
+    env_file = tmp_path / ".conduit" / "dev.env"
+    assert env_file.stat().st_mode & 0o077 == 0
+    in_repo = subprocess.run(["git", "check-ignore", "-q", ".conduit/dev.env"], cwd=ROOT)
+    assert in_repo.returncode == 0
+
+    # The official client's variables reach the file model; the gateway listens.
+    client = _second_shell(
+        tmp_path,
+        f'. {env_file} && {sys.executable} -c "{_FILES_CLIENT}"',
+    )
+    assert client.returncode == 0, client.stderr
+    assert client.stdout.strip() == "b'hello file'"
+    assert _port_open(f"grpc://{gateway[1]}")
+
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 0, output.text
+    assert not env_file.exists()  # gone with the stack it described
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The official Python client, configured by REPLICATE_API_TOKEN and REPLICATE_BASE_URL alone;
+#: the output's URL (http: here, which the client leaves a string) fetched without a token.
+_FILES_CLIENT = (
+    "import io, urllib.request, replicate; "
+    "out = replicate.run('conduit/files', input={'file': io.BytesIO(b'hello file')}); "
+    "print(urllib.request.urlopen(str(out)).read())"
+)
