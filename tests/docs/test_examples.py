@@ -2,6 +2,8 @@
 director for ``conduit/echo``), as an admin account's token, as ``./scripts/dev``'s is: only
 the values a reader substitutes are replaced (``tests/docs/examples.py``). A block the page
 marks ``<!-- not-run: … -->`` is skipped with its reason, so ``-ra`` lists what is not run.
+A page's blocks run in their order on the page, each from what the ones before it made, as a
+reader runs them; a shell block has the dev stack's exports (``conduit dev --env``).
 
 Shell examples run under ``set -euo pipefail`` with ``curl`` failing on an HTTP error
 (``--fail-with-body``), so an example that answers 4xx or 5xx fails here as it would fail its
@@ -49,7 +51,8 @@ READER_FILE = re.compile(r'(?:open|files\.create)\("([\w.-]+)"')
 @pytest.fixture(scope="module")
 def reader(stack: Stack, admin: Admin) -> dict[str, str]:
     """The values a reader of the docs has: the api, an admin token (as the dev stack's), a
-    finished prediction and a block of ``conduit/echo``."""
+    finished prediction and a block of ``conduit/echo``, and the runner's URL; once the fleet
+    knows the runner (its hardware listed), as a reader finds it a moment after the start."""
     token = admin.create_account(f"docs-{uuid.uuid4().hex[:10]}", admin_flag=True)
     headers = {"Authorization": f"Bearer {token}"}
     with httpx.Client(base_url=stack.api_url, headers=headers, timeout=30) as http:
@@ -61,6 +64,7 @@ def reader(stack: Stack, admin: Admin) -> dict[str, str]:
         assert made.status_code == 201, made.text
         block = http.post("/v1/blocks", json={"deployment": ECHO})
         assert block.status_code == 201, block.text
+        wait_for(lambda: http.get("/v1/hardware").json(), "the fleet's hardware")
     prediction = made.json()
     return {
         "api": stack.api_url,
@@ -68,6 +72,20 @@ def reader(stack: Stack, admin: Admin) -> dict[str, str]:
         "id": prediction["id"],
         "stream": prediction["urls"]["stream"],
         "block": block.json()["id"],
+        "runner": stack.runner_url,
+    }
+
+
+def exports(launcher: Launcher, reader: dict[str, str]) -> dict[str, str]:
+    """What a shell with the dev stack's exports has (``conduit dev --env``): the database,
+    Redis and runner token, the official clients' token and URL, ``conduit`` on the PATH."""
+    env = launcher.env
+    bindir = str(Path(sys.executable).parent)
+    return {
+        **{name: env[name] for name in ("DATABASE_URL", "REDIS_URL", "CONDUIT_RUNNER_TOKEN")},
+        "REPLICATE_API_TOKEN": reader["token"],
+        "REPLICATE_BASE_URL": reader["api"],
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
 
@@ -94,6 +112,7 @@ def substituted(code: str, reader: dict[str, str]) -> str:
         ("<urls.stream of the prediction>", reader["stream"]),
         ("<id>", reader["id"]),
         ("blk-…", reader["block"]),
+        ("<runner URL>", reader["runner"]),
         (FILES_MODEL, reader.get("files", FILES_MODEL)),
     ):
         code = code.replace(printed, value)
@@ -112,7 +131,7 @@ def test_examples_are_found_and_each_is_run_or_says_why_not() -> None:
 def test_example_runs_as_printed(
     example: Example,
     reader: dict[str, str],
-    stack: Stack,
+    launcher: Launcher,
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
@@ -125,7 +144,12 @@ def test_example_runs_as_printed(
     code = substituted(example.code, reader)
     if "/run " in code or "/run\n" in code:
         _wait_for_a_runner_on_the_lane(reader)
-    env = {**os.environ, "API": reader["api"], "TOKEN": reader["token"]}
+    env = {
+        **os.environ,
+        **exports(launcher, reader),
+        "API": reader["api"],
+        "TOKEN": reader["token"],
+    }
     command: list[str]
     cwd = tmp_path
     if example.language == "python":
