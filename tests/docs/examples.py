@@ -17,7 +17,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
 
 #: The languages run, and what runs them.
 RUNNABLE = {"bash": "bash", "sh": "bash", "python": "python", "js": "node"}

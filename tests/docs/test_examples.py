@@ -25,8 +25,9 @@ import httpx
 import pytest
 
 from tests.conftest import ECHO, Stack
-from tests.docs.examples import DOCS, Example, examples
+from tests.docs.examples import DOCS, ROOT, Example, examples
 from tests.fixtures.admin import Admin
+from tests.fixtures.gateway_stack import served
 from tests.fixtures.js_client import JS, NODE
 from tests.fixtures.js_client import missing as js_missing
 from tests.fixtures.processes import Launcher
@@ -44,6 +45,9 @@ PRINTED_TOKEN = "r8_..."
 SHELL_PRELUDE = 'set -euo pipefail\ncurl() { command curl --fail-with-body "$@"; }\n'
 #: The file model the pages name (``conduit runner files``), served when an example needs it.
 FILES_MODEL = "conduit/files"
+#: The gateway's address and a block of the files model as the pages print them.
+PRINTED_GATEWAY = "127.0.0.1:50051"
+PRINTED_BLOCK = "blk-7k2m9q4x"
 #: A file of the reader's that an example opens or uploads by name: made for it here.
 READER_FILE = re.compile(r'(?:open|files\.create)\("([\w.-]+)"')
 
@@ -90,7 +94,7 @@ def exports(launcher: Launcher, reader: dict[str, str]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def files_model(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[str]:
+def files_model(stack: Stack, launcher: Launcher, admin: Admin, redis_url: str) -> Iterator[str]:
     """A public deployment of the ``files`` model on a runner of its own, under a name of
     this module's (the pages' ``conduit/files`` is substituted by it)."""
     proc, url = launcher.runner("files", concurrency=2)
@@ -99,10 +103,27 @@ def files_model(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[str]
     admin.create_deployment(name, name, shards=1, visibility="public")
     director = launcher.director(name, url, concurrency=2)
     try:
+        wait_for(lambda: served(redis_url, name), "the files runner in the fleet")
         yield name
     finally:
         director.stop()
         proc.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(launcher: Launcher, admin: Admin, files_model: str) -> Iterator[dict[str, str]]:
+    """The gateway, and a block of the files model."""
+    proc, address = launcher.gateway()
+    try:
+        yield {"gateway": address, "files_block": admin.create_block(files_model)}
+    finally:
+        proc.stop()
+
+
+@pytest.fixture(scope="module")
+def workdirs() -> dict[str, Path]:
+    """One working directory per page: a page's blocks see what the ones before them wrote."""
+    return {}
 
 
 def substituted(code: str, reader: dict[str, str]) -> str:
@@ -114,6 +135,8 @@ def substituted(code: str, reader: dict[str, str]) -> str:
         ("blk-…", reader["block"]),
         ("<runner URL>", reader["runner"]),
         (FILES_MODEL, reader.get("files", FILES_MODEL)),
+        (PRINTED_GATEWAY, reader.get("gateway", PRINTED_GATEWAY)),
+        (PRINTED_BLOCK, reader.get("files_block", PRINTED_BLOCK)),
     ):
         code = code.replace(printed, value)
     return code
@@ -132,13 +155,21 @@ def test_example_runs_as_printed(
     example: Example,
     reader: dict[str, str],
     launcher: Launcher,
-    tmp_path: Path,
+    workdirs: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> None:
     if example.not_run is not None:
         pytest.skip(f"{example.name}: not-run: {example.not_run}")
     if FILES_MODEL in example.code:
         reader = {**reader, "files": request.getfixturevalue("files_model")}
+    if PRINTED_GATEWAY in example.code:
+        reader = {**reader, **request.getfixturevalue("gateway")}
+    if example.page not in workdirs:
+        workdirs[example.page] = tmp_path_factory.mktemp("page")
+        # As from the root of a checkout, for the paths of it an example names.
+        (workdirs[example.page] / "gateway").symlink_to(ROOT / "gateway")
+    tmp_path = workdirs[example.page]
     for name in READER_FILE.findall(example.code):
         (tmp_path / name).write_bytes(f"{name}: a file of the reader's\n".encode())
     code = substituted(example.code, reader)
@@ -150,33 +181,32 @@ def test_example_runs_as_printed(
         "API": reader["api"],
         "TOKEN": reader["token"],
     }
-    command: list[str]
-    cwd = tmp_path
-    if example.language == "python":
-        (tmp_path / "example.py").write_text(code)
-        command = [sys.executable, "example.py"]
-    elif example.language == "js":
-        if js_missing() is not None:
-            pytest.skip(js_missing() or "")
-        assert NODE is not None
-        (tmp_path / "node_modules").symlink_to(JS / "node_modules")
-        (tmp_path / "example.mjs").write_text(code)
-        command = [NODE, "example.mjs"]
-    else:
-        (tmp_path / "example.sh").write_text(SHELL_PRELUDE + code)
-        command = [_bash(), "example.sh"]
+    command = _written(example, code, tmp_path)
     done = subprocess.run(
-        command, cwd=cwd, env=env, capture_output=True, text=True, timeout=DEADLINE
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=DEADLINE
     )
     assert done.returncode == 0, (
         f"{example.name} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     )
 
 
-def _bash() -> str:
+def _written(example: Example, code: str, workdir: Path) -> list[str]:
+    """The example written into ``workdir`` as a file, and the command that runs it."""
+    if example.language == "python":
+        (workdir / "example.py").write_text(code)
+        return [sys.executable, "example.py"]
+    if example.language == "js":
+        if js_missing() is not None:
+            pytest.skip(js_missing() or "")
+        assert NODE is not None
+        if not (workdir / "node_modules").exists():
+            (workdir / "node_modules").symlink_to(JS / "node_modules")
+        (workdir / "example.mjs").write_text(code)
+        return [NODE, "example.mjs"]
     bash = shutil.which("bash")
     assert bash is not None
-    return bash
+    (workdir / "example.sh").write_text(SHELL_PRELUDE + code)
+    return [bash, "example.sh"]
 
 
 def _wait_for_a_runner_on_the_lane(reader: dict[str, str]) -> None:
