@@ -8,7 +8,7 @@ no expiry that retention leaves alone (``Files.save_weights``, ``Files.keep_as_w
 of somewhere else is referenced as it is: the trainer chose to keep its weights there. The new
 version (``catalog_admin.create_trained_version``) is written before the training's end, so a
 training that reads ``succeeded`` always names a version that exists; its runner gets the
-weights as Cog expects them, in ``COG_WEIGHTS`` (see the README's "Trainings").
+weights as Cog expects them, in ``COG_WEIGHTS`` (see docs/tutorials/trainings.md).
 """
 
 from __future__ import annotations

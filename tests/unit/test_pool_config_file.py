@@ -1,4 +1,4 @@
-"""The pool's configuration file as the README documents it: its YAML example is read by a
+"""The pool's configuration file as the docs document it: its YAML example is read by a
 default install, with no extra to install first."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ from pathlib import Path
 
 from runners.pool.config_file import load, parse_size
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "concepts" / "model-pool.md"
 
 
 def _pool_example() -> str:
-    """The first ``yaml`` block of the README's "Running a pool" section."""
-    text = README.read_text()
-    section = text[text.index("### Running a pool") :]
+    """The first ``yaml`` block of the model pool page's "Running a pool" section."""
+    text = PAGE.read_text()
+    section = text[text.index("## Running a pool") :]
     match = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
-    assert match is not None, "the README's pool section has no yaml example"
+    assert match is not None, "the pool page's section has no yaml example"
     return match[1]
 
 
-def test_the_readme_yaml_example_loads(tmp_path: Path) -> None:
+def test_the_documented_yaml_example_loads(tmp_path: Path) -> None:
     path = tmp_path / "pool.yaml"
     path.write_text(_pool_example())
     file = load(path)
@@ -40,4 +40,4 @@ def test_the_yaml_parser_is_a_base_dependency() -> None:
     """A default install (no extras) can read the documented YAML format."""
     base = [r for r in requires("conduit") or [] if "extra ==" not in r]
     assert any(re.match(r"pyyaml\b", r, re.IGNORECASE) for r in base), base
-    assert "needs PyYAML" not in README.read_text()
+    assert "needs PyYAML" not in PAGE.read_text()
