@@ -195,11 +195,12 @@ async def create(
 
 def checked_input(destination: Destination, input: dict[str, Any], max_depth: int) -> bytes:
     """The input as canonical JSON bytes, once its version's schema accepts it: else 422
-    naming each field, before anything is stored."""
+    naming each field, before anything is stored. A field the schema does not declare is
+    refused too: Cog would drop it and the run would succeed without it."""
     try:
         # Canonical first: the schema's messages quote the values, which must be sendable.
         input_json = canonical_input(input, max_depth)
-        check_input(destination.validator, input)
+        check_input(destination.validator, input, refuse_unknown=True)
     except RefusedInput as refused:
         raise invalid_input(refused) from refused
     return input_json

@@ -26,6 +26,7 @@ told otherwise); each front end answers it in its own terms.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -169,13 +170,43 @@ def build_validator(openapi_schema: dict[str, Any]) -> Draft7Validator | None:
     return Draft7Validator(root)
 
 
-def check_input(
+def unknown_fields(
     validator: Draft7Validator | None, value: dict[str, Any], *, root: str = "input"
+) -> list[FieldError]:
+    """The input's top-level fields its version's ``Input`` does not declare, each named with
+    the inputs it does declare. Cog (and Replicate) drop such a field without a word, so a
+    misspelt one (``image`` for ``file``) would run the model without it and succeed with a
+    wrong result; the api refuses it instead. An ``Input`` that declares no properties, or
+    allows others (``additionalProperties``), has none."""
+    if validator is None:
+        return []
+    schema = validator.schema
+    if not isinstance(schema, Mapping):
+        return []
+    declared = schema.get("properties")
+    if not isinstance(declared, dict) or schema.get("additionalProperties", False) is not False:
+        return []
+    unknown = [key for key in value if key not in declared]
+    if not unknown:
+        return []
+    inputs = ", ".join(sorted(declared)) or "none"
+    message = f"is not an input of this model (its inputs: {inputs})"
+    return [FieldError(f"{root}.{key}", message) for key in unknown[:MAX_REPORTED]]
+
+
+def check_input(
+    validator: Draft7Validator | None,
+    value: dict[str, Any],
+    *,
+    root: str = "input",
+    refuse_unknown: bool = False,
 ) -> None:
-    """Refuse (RefusedInput) an input its version's schema does not accept; None accepts all."""
+    """Refuse (RefusedInput) an input its version's schema does not accept; None accepts all.
+    ``refuse_unknown``: a field the schema does not declare is refused too
+    (:func:`unknown_fields`), where Cog would drop it."""
     if validator is None:
         return
-    errors = []
+    errors = unknown_fields(validator, value, root=root) if refuse_unknown else []
     for error in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.path))):
         path = [str(p) for p in error.absolute_path]
         if error.validator == "required" and isinstance(error.instance, dict):

@@ -18,15 +18,17 @@ from pathlib import Path
 import httpx
 import pytest
 import replicate
+from replicate.exceptions import ReplicateError
 from replicate.helpers import FileOutput
 
 from core.ports import free_port
 from tests.conftest import Stack
 from tests.fixtures.admin import Admin
-from tests.fixtures.api import create, fetch, wait_status
+from tests.fixtures.api import assert_problem, create, fetch, wait_status
 from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.js_client import needs_node, scenarios
 from tests.fixtures.processes import Launcher
+from tests.fixtures.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -115,6 +117,35 @@ def test_a_local_file_reaches_the_model_intact(
     assert answer.headers["content-type"].startswith("image/png")
     # What the client's FileOutput does with such a URL (it wraps https: ones itself).
     assert FileOutput(url, official).read() == data
+
+
+def test_a_field_the_model_does_not_declare_is_refused_naming_it(
+    official: replicate.Client, uploading: str, client: httpx.Client, tmp_path: Path
+) -> None:
+    """Cog drops an input field its model does not declare, and so did Replicate: the run
+    would succeed without it (``image`` for the model's ``file``: an empty output). The api
+    refuses it instead, naming the field and the model's inputs, on every way in."""
+    path = tmp_path / "photo.png"
+    path.write_bytes(b"not really a png")
+    with path.open("rb") as handle, pytest.raises(ReplicateError) as refused:
+        official.run(uploading, input={"image": handle})
+    assert refused.value.status == 422, refused.value
+    detail = str(refused.value.detail)
+    assert "input.image" in detail and "its inputs: file, " in detail, detail
+
+    body = {"input": {"image": "data:image/png;base64,AAAA", "seed": 1}}
+    created = assert_problem(
+        client.post(f"/v1/deployments/{uploading}/predictions", json=body), 422
+    )
+    assert [e["field"] for e in created["errors"]] == ["input.image"]
+    assert client.get("/v1/predictions").json()["results"] == []  # nothing was created
+
+    def run() -> httpx.Response | None:  # once the lane's fleet view has the runner
+        response = client.post(f"/v1/deployments/{uploading}/run", json=body)
+        return None if response.status_code == 429 else response
+
+    ran = assert_problem(wait_for(run, "the lane's answer"), 422)
+    assert [e["field"] for e in ran["errors"]] == ["input.image"]
 
 
 def test_async_run_and_create_with_a_file_handle(

@@ -3,6 +3,7 @@ naming the field. What is stored reads back and runs, and the account's reads st
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Iterator
 
@@ -13,9 +14,27 @@ from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, create, wait_status
 from tests.fixtures.processes import Launcher
+from tracker import catalog
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def open_path(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[str]:
+    """A deployment of an echo version whose ``Input`` allows fields it does not declare
+    (``additionalProperties``): what such a field carries is stored, read back and run. (The
+    echo deployment's schema declares its fields only: another field there is refused.)"""
+    found = admin._run(lambda engine: catalog.get_version(engine, stack.version))
+    assert found is not None
+    schema = copy.deepcopy(found.openapi_schema)
+    schema["components"]["schemas"]["Input"]["additionalProperties"] = True
+    version = admin.register_version(ECHO, schema, f"open-{uuid.uuid4().hex[:8]}")
+    name = f"conduit/open-{uuid.uuid4().hex[:8]}"
+    admin.create_deployment(name, ECHO, version=version, visibility="public")
+    director = launcher.director(name, stack.runner_url, concurrency=2)
+    yield f"/v1/deployments/{name}/predictions"
+    director.stop()
 
 
 def _count(client: httpx.Client) -> int:
@@ -60,7 +79,7 @@ def test_nul_anywhere_in_the_input_is_422(client: httpx.Client) -> None:
     assert _count(client) == 0
 
 
-def test_nesting_past_the_limit_is_422(client: httpx.Client) -> None:
+def test_nesting_past_the_limit_is_422(client: httpx.Client, open_path: str) -> None:
     deep: object = "leaf"
     for _ in range(64):  # input (level 1) + 64 levels below it
         deep = [deep]
@@ -77,13 +96,15 @@ def test_nesting_past_the_limit_is_422(client: httpx.Client) -> None:
     fits = "leaf"
     for _ in range(62):
         fits = [fits]  # type: ignore[assignment]
-    prediction = create(client, PATH, input={"extra": fits})
+    prediction = create(client, open_path, input={"extra": fits})
     done = wait_status(client, prediction["id"])
     assert done["status"] == "succeeded", done
     assert done["input"]["extra"] == fits
 
 
-def test_edge_numbers_are_stored_and_read_back_as_sent(client: httpx.Client) -> None:
+def test_edge_numbers_are_stored_and_read_back_as_sent(
+    client: httpx.Client, open_path: str
+) -> None:
     extra = {
         "big": 18446744073709551615,
         "small": -9223372036854775808,
@@ -92,7 +113,7 @@ def test_edge_numbers_are_stored_and_read_back_as_sent(client: httpx.Client) -> 
         "tiny": 5e-324,
         "half": 1.5,
     }
-    prediction = create(client, PATH, input={"prompt": "x", "extra": extra})
+    prediction = create(client, open_path, input={"prompt": "x", "extra": extra})
     assert prediction["input"]["extra"] == extra
     done = wait_status(client, prediction["id"])
     assert done["status"] == "succeeded", done
@@ -102,15 +123,16 @@ def test_edge_numbers_are_stored_and_read_back_as_sent(client: httpx.Client) -> 
     assert listed.json()["results"][0]["input"]["extra"] == extra
 
 
-def test_idempotent_create_refuses_the_same_way(client: httpx.Client) -> None:
+def test_idempotent_create_refuses_the_same_way(client: httpx.Client, open_path: str) -> None:
     body = b'{"input": {"prompt": "x", "extra": 18446744073709551616}}'
     headers = {**JSON, "Idempotency-Key": "hostile-1"}
     assert_problem(client.post(PATH, content=body, headers=headers), 422)
     assert _count(client) == 0
-    ok = client.post(PATH, json={"input": {"extra": 1e20}}, headers={"Idempotency-Key": "k2"})
+    body_ok = {"input": {"extra": 1e20}}
+    ok = client.post(open_path, json=body_ok, headers={"Idempotency-Key": "k2"})
     assert ok.status_code == 201, ok.text
     assert ok.json()["input"]["extra"] == 1e20
-    again = client.post(PATH, json={"input": {"extra": 1e20}}, headers={"Idempotency-Key": "k2"})
+    again = client.post(open_path, json=body_ok, headers={"Idempotency-Key": "k2"})
     assert again.status_code == 201 and again.json()["id"] == ok.json()["id"]
     assert wait_status(client, ok.json()["id"])["status"] == "succeeded"
 

@@ -3,6 +3,7 @@ schema, each refusal naming its field under the caller's root."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import orjson
@@ -108,3 +109,16 @@ def test_check_input_names_each_field_in_order() -> None:
 def test_check_input_names_fields_under_the_given_root() -> None:
     refused = _refused(check_input, build_validator(SCHEMA), {}, root="data")
     assert refused.errors == [FieldError("data.prompt", "'prompt' is a required property")]
+
+
+def test_a_field_the_schema_does_not_declare_is_refused_only_when_asked() -> None:
+    validator = build_validator(SCHEMA)
+    check_input(validator, {"prompt": "x", "image": "y"})  # Cog's way: it drops it
+    refused = _refused(check_input, validator, {"prompt": "x", "image": "y"}, refuse_unknown=True)
+    inputs = "is not an input of this model (its inputs: prompt, seed, size)"
+    assert refused.errors == [FieldError("input.image", inputs)]
+    both = _refused(check_input, validator, {"image": 1, "seed": "x"}, refuse_unknown=True)
+    assert [e.field for e in both.errors] == ["input.image", "input.prompt", "input.seed"]
+    schema = copy.deepcopy(SCHEMA)
+    schema["components"]["schemas"]["Input"]["additionalProperties"] = True
+    check_input(build_validator(schema), {"prompt": "x", "image": "y"}, refuse_unknown=True)
