@@ -20,6 +20,8 @@ from api.deps import Resources
 from api.ops import queue_view, reads, views
 from api.ops.access import OpenedDep, SessionDep, safe_next, sessions
 from api.ops.filters import PredictionFilter
+from api.ops.overview import LATE_AFTER_MS
+from api.ops.overview import overview as queue_overview
 from api.ops.reads import PageKey
 from api.ops.redaction import redacted
 from api.ops.sessions import COOKIE, LOGIN_COOKIE
@@ -56,8 +58,15 @@ async def login_form(
 
 @router.get("")
 async def overview(request: Request, session: SessionDep, resources: OpenedDep) -> HTMLResponse:
-    rows, redis_problem = await views.overview(resources)
-    return page(request, "overview.html", session, rows=rows, redis_problem=redis_problem)
+    rows, redis_problem = await queue_overview(resources)
+    return page(
+        request,
+        "overview.html",
+        session,
+        rows=rows,
+        redis_problem=redis_problem,
+        late_after_s=LATE_AFTER_MS // 1000,
+    )
 
 
 @router.get("/workers")

@@ -88,7 +88,8 @@ return out
 # Find the entry naming prediction ARGV[2] in KEYS (streams of one slot), from id ARGV[3]
 # on, walking at most ARGV[4] entries per stream; for the one found: its stream, id, holder
 # ('' when not delivered), idle ms and deliveries (XPENDING), and the unread entries ahead of
-# it. Redis's clock (ms) first.
+# it (a stream no director has read yet has no group: everything in it is unread). Redis's
+# clock (ms) first.
 _LOCATE = """
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -115,14 +116,15 @@ for _, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then
     local _, found = walk(key, ARGV[3], '+', ARGV[2])
     if found then
-      local last = '0-0'
+      local last, grouped = '0-0', false
       for _, group in ipairs(redis.call('XINFO', 'GROUPS', key)) do
         local info = {}
         for i = 1, #group, 2 do info[group[i]] = group[i + 1] end
-        if info['name'] == ARGV[1] then last = info['last-delivered-id'] end
+        if info['name'] == ARGV[1] then last, grouped = info['last-delivered-id'], true end
       end
       local holder, idle, deliveries, ahead = '', -1, 0, 0
-      local pending = redis.call('XPENDING', key, ARGV[1], found, found, 1)
+      local pending = {}
+      if grouped then pending = redis.call('XPENDING', key, ARGV[1], found, found, 1) end
       if #pending > 0 then
         holder, idle, deliveries = pending[1][2], pending[1][3], pending[1][4]
       else

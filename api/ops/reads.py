@@ -20,7 +20,7 @@ COUNT_CAP = 10_000
 FAILED_WINDOW = 10_000
 
 _LIST_COLUMNS = (
-    "p.id, p.status, p.model, p.version_id, p.deployment, p.target, p.source, p.error, "
+    "p.id, p.kind, p.status, p.model, p.version_id, p.deployment, p.target, p.source, p.error, "
     "p.created_at, p.started_at, p.completed_at, p.account_id, a.name AS account"
 )
 
@@ -205,15 +205,23 @@ async def last_hour_by_target(engine: AsyncEngine) -> dict[str, dict[str, int]]:
 
 
 async def deployables(engine: AsyncEngine) -> list[RowMapping]:
-    """Every deployment (``dp-…``) and version (``vp-…``), with its shard count and label."""
+    """Every deployment (``dp-…``) and version (``vp-…``), and the training streams
+    (``tp-…``) of each version that can be trained (its schema has a ``TrainingInput``), with
+    its shard count and label; deployments first, then versions, then trainings."""
     async with engine.connect() as conn:
         result = await conn.execute(
             text(
-                "SELECT 'dp-' || d.owner || '/' || d.name AS target, d.owner || '/' || d.name "
-                "AS label, d.shards, d.version_id FROM deployments d "
-                "UNION ALL SELECT 'vp-' || v.id, m.owner || '/' || m.name || ':' || "
+                "SELECT target, label, shards, version_id FROM ("
+                "SELECT 0 AS rank, 'dp-' || d.owner || '/' || d.name AS target, d.owner || '/' "
+                "|| d.name AS label, d.shards, d.version_id FROM deployments d "
+                "UNION ALL SELECT 1, 'vp-' || v.id, m.owner || '/' || m.name || ':' || "
                 "left(v.id, 12), v.shards, v.id FROM versions v JOIN models m "
-                "ON m.id = v.model_id ORDER BY 1 LIMIT 2000"
+                "ON m.id = v.model_id "
+                "UNION ALL SELECT 2, 'tp-' || v.id, m.owner || '/' || m.name || ':' || "
+                "left(v.id, 12) || ' trainings', v.shards, v.id FROM versions v JOIN models m "
+                "ON m.id = v.model_id "
+                "WHERE v.openapi_schema #> '{components,schemas,TrainingInput}' IS NOT NULL"
+                ") AS t ORDER BY rank, target LIMIT 2000"
             )
         )
         return list(result.mappings())

@@ -1,21 +1,19 @@
-"""What each page shows, put together from Postgres (``api.ops.reads``) and Redis
-(``api.ops.queue_view``). Redis away is shown as "unknown" beside Postgres's counts, never as
-0: a page of the operator's is most needed when something is down."""
+"""What each page but the overview (``api.ops.overview``) shows, put together from Postgres
+(``api.ops.reads``) and Redis (``api.ops.queue_view``)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from redis.exceptions import RedisError
 from sqlalchemy import text
 
 from api.deps import Resources
 from api.ops import queue_view, reads
+from api.ops.overview import REDIS_WAIT, target_of
 from api.ops.queue_view import Consumer
 from api.ops.why import Waiting, explain
 from lane.records import LaneCounters
@@ -23,104 +21,14 @@ from tracker import keys, sharding
 from tracker.fleet import FleetEntry, read_fleet
 from tracker.keys import Kind, Target
 
-log = logging.getLogger(__name__)
-
-#: Seconds a page waits for Redis before it shows Redis's numbers as unknown.
-REDIS_WAIT = 2.0
-
-
-@dataclass
-class QueueRow:
-    """One deployable on the overview."""
-
-    target: str
-    label: str
-    shards: int
-    #: From Redis; None: unknown (Redis could not be read).
-    waiting: int | None = None
-    #: ``waiting`` is a lower bound: a shard's count stopped at its cap.
-    waiting_capped: bool = False
-    in_flight: int | None = None
-    oldest_wait_ms: int | None = None
-    consumers: int | None = None
-    #: From Postgres.
-    starting: int = 0
-    processing: int = 0
-    finished_hour: int = 0
-    failed_hour: int = 0
-
-    @property
-    def error_rate(self) -> float | None:
-        return self.failed_hour / self.finished_hour if self.finished_hour else None
-
-    @property
-    def mismatch(self) -> bool:
-        """Postgres and Redis disagree on what is queued or running: the reconciler's work."""
-        if self.waiting is None or self.in_flight is None or self.waiting_capped:
-            return False
-        return self.waiting + self.in_flight != self.starting + self.processing
-
-
-def _target_of(name: str, shards: int) -> Target:
-    kind, _, key = name.partition("-")
-    return Target(Kind(kind), key, shards)
-
 
 def _target(row: Any) -> Target:
-    return _target_of(row["target"], int(row["shards"]))
+    return target_of(row["target"], int(row["shards"]))
 
 
 def target_streams(row: Any) -> list[str]:
     """The shard streams of a deployable (a row of ``reads.deployables``)."""
     return _target(row).all_streams()
-
-
-async def overview(resources: Resources) -> tuple[list[QueueRow], str | None]:
-    """A row per deployable that has anything queued, running or finished in the last hour
-    (and every deployment), and what went wrong reading Redis (None: nothing)."""
-    engine = resources.reads
-    targets, unfinished, hour = await asyncio.gather(
-        reads.deployables(engine),
-        reads.unfinished_by_target(engine),
-        reads.last_hour_by_target(engine),
-    )
-    rows = []
-    for t in targets:
-        name = t["target"]
-        counts, done = unfinished.get(name, {}), hour.get(name, {})
-        if name.startswith("vp-") and not counts and not done:
-            continue
-        rows.append(
-            QueueRow(
-                name,
-                t["label"],
-                int(t["shards"]),
-                starting=counts.get("starting", 0),
-                processing=counts.get("processing", 0),
-                finished_hour=done.get("finished", 0),
-                failed_hour=done.get("failed", 0),
-            )
-        )
-    streams = {r.target: _target_of(r.target, r.shards).all_streams() for r in rows}
-    try:
-        states = await asyncio.wait_for(
-            queue_view.shard_states(
-                resources.redis, [s for group in streams.values() for s in group]
-            ),
-            REDIS_WAIT,
-        )
-    except (RedisError, OSError, TimeoutError) as error:
-        log.warning("overview: Redis unreadable: %r", error)
-        return rows, f"Redis could not be read ({type(error).__name__}): its counts are unknown"
-    for row in rows:
-        shards = [states[s] for s in streams[row.target]]
-        row.waiting = sum(s.waiting for s in shards)
-        row.waiting_capped = any(s.capped for s in shards)
-        row.in_flight = sum(s.pending for s in shards)
-        ages = [s.oldest_wait_ms for s in shards if s.oldest_wait_ms is not None]
-        row.oldest_wait_ms = max(ages) if ages else None
-        row.consumers = max((s.consumers for s in shards), default=0)
-    return rows, None
 
 
 async def why_waiting(resources: Resources, row: Any) -> Waiting:
@@ -158,6 +66,13 @@ class Director:
     idle_ms: int | None = None
     heartbeat_left_ms: int | None = None
     runners: list[FleetEntry] = field(default_factory=list)
+    #: What it runs, by the streams it reads: ``predictions``, ``trainings`` (a trainer
+    #: director, ``CONDUIT_DIRECTOR_JOB_KIND=training``), both; empty: it has read none.
+    kinds: set[str] = field(default_factory=set)
+
+    @property
+    def kind(self) -> str:
+        return " and ".join(sorted(self.kinds)) or "–"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +116,9 @@ async def workers(resources: Resources) -> Workers:
     for consumer in found:
         d = directors.setdefault(consumer.name, Director(consumer.name))
         d.streams += 1
+        parsed = keys.parse_input_stream(consumer.stream)
+        if parsed is not None:
+            d.kinds.add("trainings" if parsed.kind == Kind.TRAINING else "predictions")
         d.in_flight += consumer.pending
         d.idle_ms = consumer.idle_ms if d.idle_ms is None else min(d.idle_ms, consumer.idle_ms)
     for entry in fleet.values():

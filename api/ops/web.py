@@ -74,12 +74,13 @@ def page(
     **context: Any,
 ) -> HTMLResponse:
     """``template`` rendered, with what every page needs (the session, its CSRF token, the
-    poll interval)."""
+    poll interval, when it was read: this server's clock, UTC)."""
     settings = request.app.state.resources.settings
     body = ENV.get_template(template).render(
         request=request,
         session=session,
         poll=settings.ops_poll_seconds,
+        read_at=datetime.now(UTC),
         fragment=request.headers.get("hx-request") == "true"
         and request.headers.get("hx-boosted") != "true",
         **context,

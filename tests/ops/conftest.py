@@ -3,6 +3,7 @@ and one viewport, a trace kept for each failed test (under the test's tmp path).
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +15,11 @@ from tests.conftest import Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.browser import CHROMIUM_ARGS, Console, chromium_path, sign_in
 
-#: Where the README's screenshots are written by the tests that take them.
-SHOTS = Path(__file__).resolve().parents[2] / "docs" / "images"
+ROOT = Path(__file__).resolve().parents[2]
+#: Names the folder the screenshots are written to (``docs/images`` remakes the docs' own,
+#: relative to the repository); unset, they go to the test's tmp path, so that a test run
+#: leaves the working tree as it found it.
+SCREENSHOTS_ENV = "CONDUIT_OPS_SCREENSHOTS"
 
 
 @pytest.fixture(scope="package")
@@ -66,6 +70,15 @@ def page(
     else:
         context.tracing.stop()
     context.close()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where this test's screenshots go (``CONDUIT_OPS_SCREENSHOTS``, else its tmp path)."""
+    named = os.environ.get(SCREENSHOTS_ENV)
+    folder = ROOT / named if named else tmp_path / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 @pytest.fixture(scope="session")

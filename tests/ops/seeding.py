@@ -22,6 +22,9 @@ class Idle:
 
     name: str
     shards: int
+    #: Its model's version (what the deployment runs) and the owner's token.
+    version: str = ""
+    owner_token: str = ""
 
     @property
     def target(self) -> str:
@@ -33,10 +36,10 @@ class Idle:
 
 def idle_deployment(admin: Admin, stack: Stack, shards: int = 2) -> Idle:
     owner = f"ops{uuid.uuid4().hex[:8]}"
-    admin.create_account(owner)
-    admin.create_model(f"{owner}/model", stack.runner_url)
+    owner_token = admin.create_account(owner)
+    version = admin.create_model(f"{owner}/model", stack.runner_url)
     admin.create_deployment(f"{owner}/idle", f"{owner}/model", shards=shards, visibility="public")
-    return Idle(f"{owner}/idle", shards)
+    return Idle(f"{owner}/idle", shards, version, owner_token)
 
 
 def queue(client: httpx.Client, deployment: Idle, count: int, **input: object) -> list[str]:
@@ -54,13 +57,18 @@ def queue(client: httpx.Client, deployment: Idle, count: int, **input: object) -
 def take(r: redis.Redis, deployment: Idle, consumer: str, count: int) -> list[str]:
     """Read ``count`` entries as the directors' group would (pending, never acknowledged): a
     director that then died. Returns the prediction ids it took."""
+    return take_from(r, deployment.streams(), consumer, count)
+
+
+def take_from(r: redis.Redis, streams: list[str], consumer: str, count: int) -> list[str]:
+    """``take`` on any shard streams (a version's, a training target's)."""
     taken: list[str] = []
-    for stream in deployment.streams():
+    for stream in streams:
         try:
             r.xgroup_create(stream, GROUP, id="0", mkstream=True)
         except redis.ResponseError as error:
             assert "BUSYGROUP" in str(error)
-    for stream in deployment.streams():
+    for stream in streams:
         if len(taken) >= count:
             break
         reply = r.xreadgroup(GROUP, consumer, {stream: ">"}, count=count - len(taken))

@@ -17,7 +17,6 @@ from tests.fixtures.browser import sign_in
 from tests.fixtures.processes import Launcher
 from tests.fixtures.servers import RedisServer
 from tests.fixtures.waiting import wait_for
-from tests.ops.conftest import SHOTS
 from tests.ops.seeding import Idle, idle_deployment, queue, take
 
 pytestmark = pytest.mark.e2e
@@ -50,8 +49,6 @@ def test_overview_counts_what_waits_and_what_is_in_flight(
     assert _row(ops_page, idle, "in-flight") == "2"
     assert _row(ops_page, idle, "pg-starting") == "7"
     assert _row(ops_page, idle, "oldest").endswith(" s")
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    ops_page.screenshot(path=str(SHOTS / "ops-overview.png"), full_page=True)
 
 
 def test_waiting_is_counted_where_redis_cannot_tell_the_lag(
@@ -124,7 +121,6 @@ def test_why_is_this_waiting_names_its_shard_and_what_is_ahead(
     assert verdict.inner_text().startswith(expected)
     panel = ops_page.locator("#why")
     assert "no director has read it yet" in panel.inner_text()
-    panel.screenshot(path=str(SHOTS / "ops-why-waiting.png"))
     ops_page.goto(f"{stack.api_url}/ops/predictions/{held}")
     verdict.wait_for()
     text = verdict.inner_text()
@@ -147,3 +143,22 @@ def test_a_prediction_in_no_stream_is_said_to_wait_for_the_reconciler(
         lambda: "reconciler" in ops_page.locator("#why").inner_text(), "the verdict", timeout=30
     )
     assert ops_page.locator("#verdict").inner_text().startswith("in no shard stream")
+
+
+def test_why_is_this_waiting_on_a_deployment_no_director_has_read(
+    ops_page: Page, stack: Stack, client: httpx.Client, idle: Idle, r: redis.Redis
+) -> None:
+    """Its streams have no consumer group yet: everything in them is unread."""
+    ids = queue(client, idle, 4)
+    waiting = ids[-1]
+    shard, ahead = next(
+        (shard, queued.index(waiting))
+        for shard, stream in enumerate(idle.streams())
+        if waiting in (queued := [f[b"id"].decode() for _, f in r.xrange(stream, "-", "+")])
+    )
+    ops_page.goto(f"{stack.api_url}/ops/predictions/{waiting}")
+    verdict = ops_page.locator("#verdict")
+    verdict.wait_for()
+    expected = f"{ahead} ahead on shard {shard}" if ahead else f"next on shard {shard}"
+    assert verdict.inner_text().startswith(expected)
+    assert "no director has read it yet" in ops_page.locator("#why").inner_text()
