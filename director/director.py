@@ -262,6 +262,16 @@ class Director:
 async def every(seconds: float, work: Callable[[], Awaitable[None]]) -> None:
     """Run ``work`` forever, ``seconds`` apart, the first at once; a backend outage skips a
     round, and so does any other failure (logged): heartbeats and takeovers must never stop for
-    good."""
+    good. A round that meets a stream or its group gone (a deleted deployment, a flushed
+    Redis) skips quietly: the read loop makes them again."""
     name = getattr(work, "__name__", "work")
-    await Periodic(name, seconds, work, name, log, TRANSIENT).run(at_once=True)
+
+    async def round_() -> None:
+        try:
+            await work()
+        except ResponseError as error:
+            if not lost_stream(error):
+                raise
+            log.info("%s skipped a round: a stream or its group is gone (%s)", name, error)
+
+    await Periodic(name, seconds, round_, name, log, TRANSIENT).run(at_once=True)

@@ -30,6 +30,7 @@ from tracker.slots import PerSlot, by_slot, runs_by_slot
 log = logging.getLogger(__name__)
 
 GROUP = "directors"
+NO_SUCH_KEY = ("no such key", "ERR no such key")
 
 
 def lost_stream(error: ResponseError) -> bool:
@@ -38,7 +39,9 @@ def lost_stream(error: ResponseError) -> bool:
     stack re-created on the same Redis, a deleted deployment's keys removed), or the group was
     destroyed. Re-creating the groups (:meth:`Queue.ensure_groups`) is the remedy; entries
     the stream held are gone with it, and their predictions are the reconciler's."""
-    return str(error).startswith(("NOGROUP", "UNBLOCKED"))
+    message = str(error)
+    # XINFO on a deleted stream answers "ERR no such key" (redis-py drops the "ERR ").
+    return message.startswith(("NOGROUP", "UNBLOCKED")) or message in NO_SUCH_KEY
 
 
 def deployment_stream(deployment: str, shard: int) -> str:
