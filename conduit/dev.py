@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -25,6 +26,11 @@ from conduit.binaries import ServicesUnavailable
 from conduit.dev_exports import DevStack, banner, write_env_file
 from conduit.services import local_services
 from core.ports import free_port
+from tracker.files.settings import FileSettings
+
+#: Where the local file store is when CONDUIT_FILES_DIR is unset (relative to the processes'
+#: directory, this one's).
+_DEFAULT_FILES_DIR = FileSettings.model_fields["dir"].default
 
 MODEL = "conduit/echo"
 FILES_MODEL = "conduit/files"
@@ -167,6 +173,7 @@ def _serve(env: dict[str, str], port: int, with_files: bool, with_gateway: bool)
             env["CONDUIT_RUNNER_TOKEN"],
             runners,
             gateway,
+            files_dir=str(Path(env.get("CONDUIT_FILES_DIR") or _DEFAULT_FILES_DIR).resolve()),
         )
         env_file = write_env_file(stack)
         print(banner(stack, env_file, MODEL), flush=True)

@@ -4,8 +4,12 @@
 
 The exports are the names the tools read: ``DATABASE_URL`` and ``REDIS_URL`` for ``conduit
 admin``, ``CONDUIT_RUNNER_TOKEN`` for ``create-model`` against dev's runners,
-``REPLICATE_API_TOKEN`` and ``REPLICATE_BASE_URL`` for the official clients, and ``PATH`` with
-the directory of this ``conduit`` (a checkout's ``.venv/bin`` is not on the PATH by itself).
+``REPLICATE_API_TOKEN`` and ``REPLICATE_BASE_URL`` for the official clients, ``PATH`` with
+the directory of this ``conduit`` (a checkout's ``.venv/bin`` is not on the PATH by itself),
+and for a process of the reader's own (a director beside their model) the api's
+``CONDUIT_PUBLIC_URL`` and the file store's absolute ``CONDUIT_FILES_DIR``: a director started
+in another directory would otherwise keep its runner's output files in a store of its own,
+which the api does not serve.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class DevStack:
     runner_token: str
     runners: dict[str, str] = field(default_factory=dict)
     gateway: str | None = None
+    files_dir: str | None = None
 
 
 def conduit_path() -> Path:
@@ -45,7 +50,10 @@ def exports(stack: DevStack) -> str:
         "CONDUIT_RUNNER_TOKEN": stack.runner_token,
         "REPLICATE_API_TOKEN": stack.token,
         "REPLICATE_BASE_URL": stack.api_url,
+        "CONDUIT_PUBLIC_URL": stack.api_url,
     }
+    if stack.files_dir:
+        values["CONDUIT_FILES_DIR"] = stack.files_dir
     lines = [
         f"# conduit dev (pid {os.getpid()}): eval these in another shell, or source this file",
         *(f"export {name}={shlex.quote(value)}" for name, value in values.items()),

@@ -5,7 +5,9 @@ example. One that cannot run here says so in the page, on the line before its fe
 
     <!-- not-run: needs a Kubernetes cluster -->
 
-so that leaving one out is deliberate, and counted. The rest run as printed, with only the
+so that leaving one out is deliberate, and counted. A block a tutorial has the reader save
+says so the same way (``<!-- file: predict.py -->``): it is written there (a Python one
+compiled), for the blocks after it. The rest run as printed, with only the
 values a reader substitutes replaced: the api's URL, the token, and ids of things made before
 the block runs (``<id>``, ``<urls.stream of the prediction>``, ``blk-…``) or served for it
 (``conduit/files``), and the files of the reader's that it opens are made for it.
@@ -25,6 +27,7 @@ RUNNABLE = {"bash": "bash", "sh": "bash", "python": "python", "js": "node"}
 
 _FENCE = re.compile(r"^```(\S*)\s*$")
 _NOT_RUN = re.compile(r"^<!--\s*not-run:\s*(.+?)\s*-->$")
+_FILE = re.compile(r"^<!--\s*file:\s*(\S+)\s*-->$")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class Example:
     language: str
     code: str
     not_run: str | None  # the page's reason for not running it
+    file: str | None = None  # the file the reader saves it as, rather than running it
 
     @property
     def name(self) -> str:
@@ -60,9 +64,12 @@ def _blocks(page: str, text: str) -> list[Example]:
         language = opening.group(1)
         if language in RUNNABLE:
             before = [line for line in lines[:index] if line.strip()]
-            marker = _NOT_RUN.match(before[-1].strip()) if before else None
+            last = before[-1].strip() if before else ""
+            marker = _NOT_RUN.match(last)
+            saved = _FILE.match(last)
             code = "\n".join(lines[index + 1 : end]) + "\n"
             reason = marker.group(1) if marker else None
-            found.append(Example(page, index + 1, language, code, reason))
+            file = saved.group(1) if saved else None
+            found.append(Example(page, index + 1, language, code, reason, file))
         index = end + 1
     return found

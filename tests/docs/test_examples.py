@@ -14,16 +14,19 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import PIPE
 from typing import Any
 
 import httpx
 import pytest
 
+from core.ports import free_port
 from tests.conftest import ECHO, Stack
 from tests.docs.examples import DOCS, ROOT, Example, examples
 from tests.fixtures.admin import Admin
@@ -48,6 +51,8 @@ FILES_MODEL = "conduit/files"
 #: The gateway's address and a block of the files model as the pages print them.
 PRINTED_GATEWAY = "127.0.0.1:50051"
 PRINTED_BLOCK = "blk-7k2m9q4x"
+#: Ports a tutorial names for the processes it starts.
+PRINTED_PORTS = ("5050", "5051")
 #: A file of the reader's that an example opens or uploads by name: made for it here.
 READER_FILE = re.compile(r'(?:open|files\.create)\("([\w.-]+)"')
 
@@ -82,13 +87,18 @@ def reader(stack: Stack, admin: Admin) -> dict[str, str]:
 
 def exports(launcher: Launcher, reader: dict[str, str]) -> dict[str, str]:
     """What a shell with the dev stack's exports has (``conduit dev --env``): the database,
-    Redis and runner token, the official clients' token and URL, ``conduit`` on the PATH."""
+    Redis and runner token, the official clients' token and URL, the api's public URL and the
+    file store, ``conduit`` on the PATH."""
     env = launcher.env
     bindir = str(Path(sys.executable).parent)
     return {
-        **{name: env[name] for name in ("DATABASE_URL", "REDIS_URL", "CONDUIT_RUNNER_TOKEN")},
+        **{
+            name: env[name]
+            for name in ("DATABASE_URL", "REDIS_URL", "CONDUIT_RUNNER_TOKEN", "CONDUIT_FILES_DIR")
+        },
         "REPLICATE_API_TOKEN": reader["token"],
         "REPLICATE_BASE_URL": reader["api"],
+        "CONDUIT_PUBLIC_URL": reader["api"],
         "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
@@ -126,6 +136,26 @@ def workdirs() -> dict[str, Path]:
     return {}
 
 
+@pytest.fixture(scope="module")
+def sessions() -> Iterator[list[int]]:
+    """The process groups of the shell examples: what one starts in the background (a model
+    server, a director) is stopped once the module is done."""
+    groups: list[int] = []
+    yield groups
+    for group in reversed(groups):
+        try:
+            os.killpg(group, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def ports() -> dict[str, str]:
+    """Free ports for the fixed ones a tutorial names (another run of the suite on this
+    machine may be using them)."""
+    return {printed: str(free_port()) for printed in PRINTED_PORTS}
+
+
 def substituted(code: str, reader: dict[str, str]) -> str:
     for printed, value in (
         (PRINTED_API, reader["api"]),
@@ -134,6 +164,7 @@ def substituted(code: str, reader: dict[str, str]) -> str:
         ("<id>", reader["id"]),
         ("blk-…", reader["block"]),
         ("<runner URL>", reader["runner"]),
+        *((port, reader.get(port, port)) for port in PRINTED_PORTS),
         (FILES_MODEL, reader.get("files", FILES_MODEL)),
         (PRINTED_GATEWAY, reader.get("gateway", PRINTED_GATEWAY)),
         (PRINTED_BLOCK, reader.get("files_block", PRINTED_BLOCK)),
@@ -161,6 +192,7 @@ def test_example_runs_as_printed(
 ) -> None:
     if example.not_run is not None:
         pytest.skip(f"{example.name}: not-run: {example.not_run}")
+    reader = {**reader, **request.getfixturevalue("ports")}
     if FILES_MODEL in example.code:
         reader = {**reader, "files": request.getfixturevalue("files_model")}
     if PRINTED_GATEWAY in example.code:
@@ -170,6 +202,11 @@ def test_example_runs_as_printed(
         # As from the root of a checkout, for the paths of it an example names.
         (workdirs[example.page] / "gateway").symlink_to(ROOT / "gateway")
     tmp_path = workdirs[example.page]
+    if example.file is not None:
+        (tmp_path / example.file).write_text(example.code)
+        if example.language == "python":
+            compile(example.code, example.file, "exec")
+        return
     for name in READER_FILE.findall(example.code):
         (tmp_path / name).write_bytes(f"{name}: a file of the reader's\n".encode())
     code = substituted(example.code, reader)
@@ -182,9 +219,13 @@ def test_example_runs_as_printed(
         "TOKEN": reader["token"],
     }
     command = _written(example, code, tmp_path)
-    done = subprocess.run(
-        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=DEADLINE
+    # A session of its own: what the example starts in the background stays in its group.
+    process = subprocess.Popen(
+        command, cwd=tmp_path, env=env, stdout=PIPE, stderr=PIPE, text=True, start_new_session=True
     )
+    request.getfixturevalue("sessions").append(process.pid)
+    stdout, stderr = process.communicate(timeout=DEADLINE)
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
     assert done.returncode == 0, (
         f"{example.name} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
     )

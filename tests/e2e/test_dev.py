@@ -233,6 +233,8 @@ def test_dev_exports_drive_the_cli_and_clients_from_a_second_shell(
 eval "$({conduit} dev --env)"
 test "$REPLICATE_BASE_URL" = {printed.api_url}
 test "$CONDUIT_RUNNER_TOKEN" = {runner_token[1]}
+test "$CONDUIT_PUBLIC_URL" = {printed.api_url}
+test "$CONDUIT_FILES_DIR" = {(tmp_path / ".conduit" / "files").resolve()}
 conduit admin list-deployments --json
 conduit admin create-model me/files --runner-url {files_runner[1]} >&2
 """
