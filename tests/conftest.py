@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from conduit.cli import migrate
 from conduit.services import ServiceUrls, local_services
 from tests.faults import report as drill_report
+from tests.fixtures import scheduling
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, base_env
 from tests.fixtures.servers import create_database
@@ -119,3 +120,17 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     drill_report.write_table(terminalreporter)
+
+
+# --- how the suite is spread over pytest-xdist workers (tests/fixtures/scheduling.py) ---
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    scheduling.heavy_first(items)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None
+    return scheduling.DrillsTogether(config, log)
