@@ -52,7 +52,7 @@ FILES_MODEL = "conduit/files"
 PRINTED_GATEWAY = "127.0.0.1:50051"
 PRINTED_BLOCK = "blk-7k2m9q4x"
 #: Ports a tutorial names for the processes it starts.
-PRINTED_PORTS = ("5050", "5051")
+PRINTED_PORTS = ("5050", "5051", "5070", "5071", "5072")
 #: A file of the reader's that an example opens or uploads by name: made for it here.
 READER_FILE = re.compile(r'(?:open|files\.create)\("([\w.-]+)"')
 
@@ -164,6 +164,7 @@ def substituted(code: str, reader: dict[str, str]) -> str:
         ("<id>", reader["id"]),
         ("blk-…", reader["block"]),
         ("<runner URL>", reader["runner"]),
+        ("<weights URL>", reader.get("weights", "<weights URL>")),
         *((port, reader.get(port, port)) for port in PRINTED_PORTS),
         (FILES_MODEL, reader.get("files", FILES_MODEL)),
         (PRINTED_GATEWAY, reader.get("gateway", PRINTED_GATEWAY)),
@@ -193,6 +194,8 @@ def test_example_runs_as_printed(
     if example.not_run is not None:
         pytest.skip(f"{example.name}: not-run: {example.not_run}")
     reader = {**reader, **request.getfixturevalue("ports")}
+    if "<weights URL>" in example.code:
+        reader = {**reader, "weights": _newest_weights(reader)}
     if FILES_MODEL in example.code:
         reader = {**reader, "files": request.getfixturevalue("files_model")}
     if PRINTED_GATEWAY in example.code:
@@ -248,6 +251,15 @@ def _written(example: Example, code: str, workdir: Path) -> list[str]:
     assert bash is not None
     (workdir / "example.sh").write_text(SHELL_PRELUDE + code)
     return [bash, "example.sh"]
+
+
+def _newest_weights(reader: dict[str, str]) -> str:
+    """The weights of the reader's newest training, which a page's reader copies from it."""
+    headers = {"Authorization": f"Bearer {reader['token']}"}
+    trainings = httpx.get(f"{reader['api']}/v1/trainings", headers=headers, timeout=30)
+    newest = trainings.json()["results"][0]
+    assert newest["status"] == "succeeded", newest
+    return str(newest["output"]["weights"])
 
 
 def _wait_for_a_runner_on_the_lane(reader: dict[str, str]) -> None:
