@@ -191,12 +191,14 @@ class Prediction(Base):
     # version, so that it is a HOT update and adds no index entries.
     __table_args__ = (
         Index("ix_predictions_account_created", "account_id", "created_at", "id"),
-        # With the deployable beside the status (migration 0019): the operator page's overview
-        # counts unfinished predictions per deployable from the index alone.
+        # With the deployable and the account beside the status (migrations 0019, 0022): the
+        # operator page counts unfinished predictions per deployable (and account) from the
+        # index alone.
         Index(
-            "ix_predictions_unfinished_target",
+            "ix_predictions_unfinished_account",
             "status",
             "target",
+            "account_id",
             postgresql_where=f"status IN {sql_list(UNFINISHED)}",
         ),
         # Finished predictions whose data is still kept, for the retention sweep.

@@ -228,15 +228,16 @@ async def deployables(engine: AsyncEngine) -> list[RowMapping]:
 
 
 async def waiting_by_account(engine: AsyncEngine, targets: list[str]) -> list[RowMapping]:
-    """Predictions not started yet per deployable and account, biggest first (from the
-    unfinished index: what waits is bounded by the queues)."""
+    """Predictions not started yet per deployable and account, biggest first: counted from
+    the unfinished index alone (migration 0022), the accounts' names joined to the counts."""
     async with engine.connect() as conn:
         result = await conn.execute(
             text(
-                "SELECT p.target, p.account_id, a.name AS account, count(*) AS waiting "
-                "FROM predictions p JOIN accounts a ON a.id = p.account_id "
-                "WHERE p.status = 'starting' AND p.target = ANY(CAST(:targets AS text[])) "
-                "GROUP BY 1, 2, 3 ORDER BY waiting DESC LIMIT 5000"
+                "SELECT w.target, w.account_id, a.name AS account, w.waiting FROM ("
+                "SELECT target, account_id, count(*) AS waiting FROM predictions "
+                "WHERE status = 'starting' AND target = ANY(CAST(:targets AS text[])) "
+                "GROUP BY 1, 2 ORDER BY waiting DESC LIMIT 5000) AS w "
+                "JOIN accounts a ON a.id = w.account_id ORDER BY w.waiting DESC"
             ),
             {"targets": targets},
         )

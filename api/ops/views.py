@@ -208,9 +208,11 @@ async def shard_collisions(resources: Resources) -> list[Collision]:
     for row in rows:
         by_target.setdefault(row["target"], []).append(row)
     found: list[Collision] = []
-    for name, waiting in by_target.items():
+    moved = await asyncio.gather(  # every deployable's moves at once, not a round trip each
+        *(sharding.read_moves(resources.redis, _target(targets[name])) for name in by_target)
+    )
+    for (name, waiting), moves in zip(by_target.items(), moved, strict=True):
         target = _target(targets[name])
-        moves = await sharding.read_moves(resources.redis, target)
         top = waiting[0]
         heavy = set(sharding.effective_shards(top["account_id"], target, moves))
         sharers = []
