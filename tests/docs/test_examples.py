@@ -51,6 +51,10 @@ FILES_MODEL = "conduit/files"
 #: The gateway's address and a block of the files model as the pages print them.
 PRINTED_GATEWAY = "127.0.0.1:50051"
 PRINTED_BLOCK = "blk-7k2m9q4x"
+#: A block of conduit/echo on the gateway, as the Open Inference Protocol's example prints it.
+PRINTED_ECHO_BLOCK = "blk-3n8v2k5p"
+#: tritonclient's own environment (it needs protobuf < 7), made by scripts/bootstrap.
+TRITON_PYTHON = ROOT / ".venv-triton" / "bin" / "python"
 #: Ports a tutorial names for the processes it starts.
 PRINTED_PORTS = ("5050", "5051", "5070", "5071", "5072")
 #: A file of the reader's that an example opens or uploads by name: made for it here.
@@ -125,7 +129,11 @@ def gateway(launcher: Launcher, admin: Admin, files_model: str) -> Iterator[dict
     """The gateway, and a block of the files model."""
     proc, address = launcher.gateway()
     try:
-        yield {"gateway": address, "files_block": admin.create_block(files_model)}
+        yield {
+            "gateway": address,
+            "files_block": admin.create_block(files_model),
+            "echo_block": admin.create_block(ECHO),
+        }
     finally:
         proc.stop()
 
@@ -169,6 +177,7 @@ def substituted(code: str, reader: dict[str, str]) -> str:
         (FILES_MODEL, reader.get("files", FILES_MODEL)),
         (PRINTED_GATEWAY, reader.get("gateway", PRINTED_GATEWAY)),
         (PRINTED_BLOCK, reader.get("files_block", PRINTED_BLOCK)),
+        (PRINTED_ECHO_BLOCK, reader.get("echo_block", PRINTED_ECHO_BLOCK)),
     ):
         code = code.replace(printed, value)
     return code
@@ -238,7 +247,11 @@ def _written(example: Example, code: str, workdir: Path) -> list[str]:
     """The example written into ``workdir`` as a file, and the command that runs it."""
     if example.language == "python":
         (workdir / "example.py").write_text(code)
-        return [sys.executable, "example.py"]
+        if "import tritonclient" not in code:
+            return [sys.executable, "example.py"]
+        if not TRITON_PYTHON.is_file():
+            pytest.skip("tritonclient's environment is missing: run ./scripts/bootstrap")
+        return [str(TRITON_PYTHON), "example.py"]
     if example.language == "js":
         if js_missing() is not None:
             pytest.skip(js_missing() or "")
