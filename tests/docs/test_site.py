@@ -4,6 +4,7 @@ the navigation, so a green build means something."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -57,3 +58,13 @@ def test_a_broken_link_or_a_stray_page_fails_the_build(
     built = _build(copy, tmp_path / "site")
     assert built.returncode != 0
     assert complaint in built.stderr, built.stderr
+
+
+def test_the_readme_links_lead_somewhere() -> None:
+    """The README is outside the site, so the strict build does not check its links."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", readme)
+    assert targets
+    for target in targets:
+        if "://" not in target:
+            assert (ROOT / target).exists(), target
