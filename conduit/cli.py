@@ -321,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = pool_sub.add_parser(
         "simulate", help="replay a request trace on a fake clock; print loads, waits, evictions"
     )
-    simulate.add_argument("--trace", required=True, type=Path, help="JSON lines (see README)")
+    simulate.add_argument(
+        "--trace", required=True, type=Path, help="JSON lines (see docs/concepts/model-pool.md)"
+    )
     simulate.add_argument("--budget", default="24GiB", help="memory budget, e.g. 24GiB")
     simulate.add_argument(
         "--policy", choices=["lru", "cost"], default="lru", help="which model to evict"
