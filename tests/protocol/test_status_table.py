@@ -161,7 +161,9 @@ def _lane(answer: Answer) -> str:
     """What the lane makes of a call's answer."""
     if answer.outcome is Outcome.REFUSED:
         return CAPACITY
-    if answer.outcome is Outcome.FAILED:
+    if answer.outcome in (Outcome.FAILED, Outcome.UNAUTHORIZED):
+        # A runner refusing the api's token failed as a runner does (the lane also takes it
+        # out of service at once): never the caller's input, never capacity.
         return RUNNER_FAILED
     assert answer.outcome is Outcome.OK
     assert answer.prediction is not None or answer.feed is not None
