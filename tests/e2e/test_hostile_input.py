@@ -29,9 +29,12 @@ def open_path(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[str]:
     assert found is not None
     schema = copy.deepcopy(found.openapi_schema)
     schema["components"]["schemas"]["Input"]["additionalProperties"] = True
-    version = admin.register_version(ECHO, schema, f"open-{uuid.uuid4().hex[:8]}")
+    # A model of its own: a new version of conduit/echo would become its latest, which the
+    # other tests' model-level predictions would then wait on.
     name = f"conduit/open-{uuid.uuid4().hex[:8]}"
-    admin.create_deployment(name, ECHO, version=version, visibility="public")
+    admin.create_model(name, stack.runner_url, visibility="public")
+    version = admin.register_version(name, schema, f"open-{uuid.uuid4().hex[:8]}")
+    admin.create_deployment(name, name, version=version, visibility="public")
     director = launcher.director(name, stack.runner_url, concurrency=2)
     yield f"/v1/deployments/{name}/predictions"
     director.stop()
