@@ -95,18 +95,19 @@ async def test_a_newer_generation_reloads_an_entry_cached_under_an_older_one(clo
 
 
 async def test_a_load_under_way_for_an_older_generation_is_not_joined(clock: Clock) -> None:
-    release = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
     values = iter(["stale", "fresh", "fresh again"])
 
     async def load() -> str:
         value = next(values)
         if value == "stale":
+            started.set()
             await release.wait()
         return value
 
     ttl: TTLCache[str, str] = TTLCache(ttl=300)
     older = asyncio.ensure_future(ttl.get("k", load, generation=1))
-    await asyncio.sleep(0)  # the older load starts
+    await started.wait()  # the older load is under way
     assert await ttl.get("k", load, generation=2) == "fresh"
     release.set()
     assert await older == "stale"
