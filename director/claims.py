@@ -1,12 +1,12 @@
 """Claiming a queue entry's prediction, and what a claim of a prediction left running means.
 
 A claim is a conditional UPDATE: taken when unclaimed, claimed by this director's name
-before, or claimed by a director that is no longer alive. One running on a live director is
-left alone and this duplicate entry dropped (that director's own entry and the reconciler
-cover the rest). A prediction claimed while ``processing`` was left behind by a dead director:
-this director's runner may still be running it (``attach``: follow it, nothing runs twice), or
-it runs again from scratch if the deployment allows another run (``rerun``), or it fails as
-interrupted.
+before, or claimed by a director that is no longer running it (dead, or alive and waiting to
+retry it). One running on a live director is left alone and this duplicate entry dropped
+(that director's own entry and the reconciler cover the rest). A prediction claimed while
+``processing`` was left behind by a dead director: this director's runner may still be running
+it (``attach``: follow it, nothing runs twice), or it runs again from scratch if the deployment
+allows another run (``rerun``), or it fails as interrupted.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class Claims:
             await self._ensure_done(current)
             return Verdict.DROP
         owner: str | None = current["claim_owner"]
-        if owner is not None and await self.queue.is_alive(owner):
+        if owner is not None and await self._runs(owner, prediction_id):
             log.info(
                 "%s is running on live director %s: dropping duplicate entry %s of %s",
                 prediction_id,
@@ -86,6 +86,16 @@ class Claims:
         row = await self.ledger.claim(prediction_id, self.consumer, takeable, version)
         return Claimed(row) if row is not None else Verdict.LATER
 
+    async def _runs(self, owner: str, prediction_id: str) -> bool:
+        """Whether director ``owner`` is alive and ran the prediction at its last heartbeat.
+
+        A live owner that does not run it has it waiting for a retry (its runner went away),
+        or lost its entry to this director's takeover of entries idle past the visibility
+        timeout: dropping this entry then would leave the prediction in no stream, to be
+        re-enqueued as a new entry whose deliveries count from one again."""
+        running = await self.queue.running_on(owner)
+        return running is not None and prediction_id in running
+
     async def _ensure_done(self, row: RowMapping | None) -> None:
         """A terminal prediction whose entry is still here: its director died after the commit
         and before the ack, maybe before publishing ``done``. Publish it, once."""
@@ -96,15 +106,23 @@ class Claims:
         final = orjson.dumps(render_prediction(row, self.links)).decode()
         await self.events.finish(row["id"], row["status"], row["error"], final=final)
 
-    async def rerun(self, row: RowMapping, max_runs: int) -> RowMapping | None:
+    async def rerun(self, row: RowMapping, max_runs: int) -> Claimed | Verdict | None:
         """A run lost with its director starts over if the deployment allows another run;
-        None when it does not (the caller fails it as interrupted)."""
+        None when it does not (the caller fails it as interrupted). A row that changed since
+        this attempt claimed it (another attempt took it, or it ended) is not this attempt's to
+        fail: ``Verdict.DROP`` when it is terminal, else ``Verdict.LATER``."""
         if row["runs"] >= max_runs:
             return None
         rerun = await self.ledger.reset_for_rerun(row["id"], row["attempt"])
         if rerun is not None:
             log.info("re-running %s (run %d)", row["id"], row["runs"] + 1)
-        return rerun
+            return Claimed(rerun)
+        current = await self.ledger.row(row["id"])
+        log.info("%s changed before its re-run (attempt %d): leaving it", row["id"], row["attempt"])
+        if current is None or Status(current["status"]).is_terminal:
+            await self._ensure_done(current)
+            return Verdict.DROP
+        return Verdict.LATER
 
 
 async def attach(

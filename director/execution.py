@@ -42,7 +42,14 @@ from director.output_files import SAVE_ERRORS, DataUrlKeeper, unkept_reason
 from director.runner_monitor import RunnerMonitor
 from protocol import PredictionResponse, Priority, RunnerStatus
 from protocol.client import RunnerClient
-from protocol.errors import CannotServe, InputRejected, OutOfTime, RunnerError, RunnerRefused
+from protocol.errors import (
+    CannotServe,
+    InputRejected,
+    NoAnswer,
+    OutOfTime,
+    RunnerError,
+    RunnerRefused,
+)
 from protocol.feed import SnapshotFeed
 from protocol.timings import RunnerTimes
 from tracker.batch_writes import ran
@@ -234,8 +241,11 @@ class Execution:
                 retry_after = refusal.retry_after
             except RunnerError as error:
                 # Restarting runners come back within seconds; one that stays away is gone,
-                # and the entry goes back to the queue's retry.
-                if self.monitor.gone:
+                # and the entry goes back to the queue's retry. So does a request that may have
+                # reached the runner before it broke off: a runner that died running it and
+                # came back would run it again under this one claim, where a redelivery counts
+                # the run against the deployment's bounds (deliveries and runs).
+                if self.monitor.gone or isinstance(error, NoAnswer):
                     raise
                 self._hold("unreachable", "unreachable", error)
             wait = self.backoff.delay(attempt, retry_after)

@@ -127,9 +127,14 @@ class AttemptHandler:
             return await self._settled(tracker, await tracker.finish(Status.CANCELED))
         if row["status"] != Status.PROCESSING.value:
             return await self._execute(attempt, self._tracker(row, publishing), row)
-        # Left running by a dead director: follow it, run it again, or fail it as interrupted.
-        # The attach hands the runner this attempt's URL: what the dead director's URL fed
-        # before now feeds nothing.
+        return await self._left_running(attempt, row, publishing)
+
+    async def _left_running(
+        self, attempt: Attempt, row: RowMapping, publishing: Publishing
+    ) -> bool:
+        """Left running by a dead director: follow it, run it again, or fail it as interrupted.
+        The attach hands the runner this attempt's URL: what the dead director's URL fed
+        before now feeds nothing."""
         webhook = self.webhook_url(attempt)
         feed = await attach(
             self.runner, self.monitor, row, webhook, self._priority(row), self._files_url(webhook)
@@ -145,8 +150,10 @@ class AttemptHandler:
             tracker = self._tracker(row, publishing)
             failed = await tracker.finish(Status.FAILED, error=INTERRUPTED)
             return await self._settled(tracker, failed)
-        tracker = self._tracker(rerun, publishing, Lifecycle.rerun())
-        return await self._execute(attempt, tracker, rerun)
+        if not isinstance(rerun, Claimed):
+            return rerun is Verdict.DROP
+        tracker = self._tracker(rerun.row, publishing, Lifecycle.rerun())
+        return await self._execute(attempt, tracker, rerun.row)
 
     def _tracker(
         self, row: RowMapping, publishing: Publishing, lifecycle: Lifecycle | None = None

@@ -45,7 +45,7 @@ from director.release_watch import ReleaseWatch
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings, Route
 from director.trainings import TrainingResults
-from protocol.client import RunnerClient
+from protocol.client import RunnerClient, without_resends
 from tracker.batch_writes import StateWrites
 from tracker.capabilities import StreamUrlSettings
 from tracker.catalog_generation import CatalogGeneration
@@ -286,10 +286,12 @@ async def serve(settings: DirectorSettings) -> None:
         raise
     engine = make_engine(settings.database_url, pool_size=settings.concurrency + 4)
     timeout = aiohttp.ClientTimeout(total=30, connect=5)
-    session = aiohttp.ClientSession(
-        timeout=timeout,
-        connector=aiohttp.TCPConnector(limit=settings.concurrency * 2 + 8),
-        json_serialize=_json,
+    # Idle connections are closed here before a runner closes them (uvicorn, under a stock Cog
+    # server, after 5 s): a start sent down one the runner is closing would break off, and is
+    # not sent again (``without_resends``).
+    connector = aiohttp.TCPConnector(limit=settings.concurrency * 2 + 8, keepalive_timeout=4.0)
+    session = without_resends(
+        aiohttp.ClientSession(timeout=timeout, connector=connector, json_serialize=_json)
     )
     attempts = Attempts(settings.concurrency)
     metrics = DirectorMetrics()

@@ -251,10 +251,6 @@ class Queue:
         )
         return [None] * len(entries)
 
-    async def is_alive(self, consumer: str) -> bool:
-        """Whether the director named ``consumer`` has heartbeated recently."""
-        return bool(await self.redis.exists(keys.alive_key(consumer)))
-
     async def running_on(self, consumer: str) -> set[str] | None:
         """Predictions the director named ``consumer`` ran at its last heartbeat; None when it
         has not heartbeated recently."""

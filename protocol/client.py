@@ -36,7 +36,7 @@ from core.unreachable import UNREACHABLE
 from protocol import HealthCheck, PredictionResponse, Priority
 from protocol.answers import Reading, Verdict, read, unreachable
 from protocol.capabilities import STOCK_COG, Capabilities
-from protocol.errors import NotRunning, RunnerError, error_for
+from protocol.errors import NoAnswer, NotRunning, RunnerError, error_for
 from protocol.feed import SnapshotFeed
 from protocol.timings import RunnerTimes, RunnerTiming
 
@@ -77,6 +77,19 @@ class RunAnswer:
     @property
     def verdict(self) -> Verdict:
         return self.reading.verdict
+
+
+def without_resends(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
+    """``session``, told never to send a request a second time on its own.
+
+    aiohttp sends an idempotent request (a start is a ``PUT``) once more when its connection
+    breaks off before the answer. To a runner that died running the prediction and came back,
+    that second ``PUT`` is a second run under the same claim; whether to start again is the
+    director's decision (:class:`protocol.errors.NoAnswer`). aiohttp has no public switch: its
+    own test client turns the same attribute off.
+    """
+    session._retry_connection = False
+    return session
 
 
 class RunnerClient:
@@ -199,8 +212,10 @@ class RunnerClient:
                     text = await response.text()
                 finally:
                     response.release()
-        except UNREACHABLE as error:
+        except aiohttp.ClientConnectorError as error:  # refused: the request went nowhere
             raise RunnerError(f"runner unreachable: {error!r}") from error
+        except UNREACHABLE as error:
+            raise NoAnswer(f"runner broke off: {error!r}") from error
         reading = read(response.status, response.headers, text)
         if reading.verdict is Verdict.ACCEPTED:
             return Accepted(None, times)

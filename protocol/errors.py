@@ -35,6 +35,13 @@ class RunnerError(Exception):
     """
 
 
+class NoAnswer(RunnerError):
+    """The request may have reached the runner, but no answer came: the connection broke off
+    or timed out after it was made. Unlike a refused connection or an answer, this does not
+    say the runner started nothing: one that died running it would run it again if sent it
+    once more after a restart."""
+
+
 class RunnerUnauthorized(RunnerError):
     """401 (no or another token) or 403 (an internal call from off loopback to a runner
     without a token): the caller and the runner disagree on ``CONDUIT_RUNNER_TOKEN``. An

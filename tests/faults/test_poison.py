@@ -7,7 +7,6 @@ import statistics
 import threading
 import time
 
-import pytest
 import redis
 
 from tests.faults.conftest import register_faulty
@@ -25,12 +24,6 @@ def _supervise(runners: list[Proc], stop: threading.Event) -> None:
                 runner.restart()
 
 
-@pytest.mark.xfail(
-    reason="known director race under load: a crashing run's redelivery sometimes fails it as "
-    "interrupted, or runs it up to max_attempts (5) instead of max_deliveries (3) times; "
-    "director/handling.py's rerun path must tell 'row changed under me' from 'no runs left'",
-    strict=False,
-)
 def test_poison_input_is_dead_lettered(drill: Drill) -> None:
     runners = [drill.launcher.runner("faulty", 2) for _ in range(2)]
     register_faulty(drill, runners[0][1])
@@ -66,12 +59,7 @@ def test_poison_input_is_dead_lettered(drill: Drill) -> None:
         supervisor.join()
 
     state, _, error = drill.statuses([poison])[poison]
-    # Known race, to be fixed in the director: now and then (1 run in 4 with the suite's workers
-    # side by side) a redelivery finds the row changed under its rerun and fails it as
-    # interrupted before its deliveries reach the dead-letter bound. Either way it ends failed,
-    # once, and never runs more than max_deliveries times (checked below).
-    interrupted = "prediction interrupted" in (error or "")
-    assert state == "failed" and ("dead-letter" in (error or "") or interrupted), error
+    assert state == "failed" and "dead-letter" in (error or ""), error
     with redis.Redis.from_url(drill.redis_url) as r:
         dead = [
             fields
@@ -79,13 +67,12 @@ def test_poison_input_is_dead_lettered(drill: Drill) -> None:
             for _, fields in r.xrange(dead_letter_stream(stream))
         ]
     dead_ids = [f[b"id"].decode() for f in dead]
-    if not interrupted:
-        assert dead_ids.count(poison) == 1
-        assert int(dead[dead_ids.index(poison)][b"deliveries"]) >= 4
+    assert dead_ids.count(poison) == 1
+    assert int(dead[dead_ids.index(poison)][b"deliveries"]) >= 4
     assert 1 <= drill.invocations()[poison] <= 3  # never run more than max_deliveries times
     # A bystander running beside the poison on the runner it kills is interrupted with it; one
     # so unlucky three times over is dead-lettered too. Terminal either way, and rare.
-    collateral = len(dead_ids) - (0 if interrupted else 1)
+    collateral = len(dead_ids) - 1
     assert collateral <= 3
     after = drill.completion_times([i for i in during if i])
     outcome = verify(
