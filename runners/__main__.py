@@ -4,7 +4,8 @@
 It listens on loopback unless ``--host`` says otherwise (``--host 0.0.0.0`` in a container);
 reachable over a network, it should have ``CONDUIT_RUNNER_TOKEN`` (see :mod:`runners.auth`).
 This entry point imports only ``runners``, ``protocol`` and ``core``: a runner image installs
-the project without its dependencies and then the ``runner`` dependency group alone.
+the project without its dependencies and then the ``runner`` dependency group alone. It warns
+of ``CONDUIT_*`` variables no Conduit process reads, as every ``conduit`` process does.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from core.env_names import warn_unknown
 from core.logs import configure_from_env
 
 
@@ -58,6 +60,7 @@ def main() -> None:
     parser.add_argument("--config", help="pool: the pool's YAML or TOML file")
     args = parser.parse_args()
     configure_from_env()
+    warn_unknown(os.environ)  # as ``conduit``'s processes do, from the names core declares
     serve_named(args.model, args.host, args.port, args.concurrency, args.weights, args.config)
 
 
