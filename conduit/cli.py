@@ -217,9 +217,12 @@ def cmd_gateway(args: argparse.Namespace) -> None:
 
 def cmd_dev(args: argparse.Namespace) -> None:
     if args.env:
-        from conduit.dev_exports import ENV_FILE, read_env_file
+        from conduit.dev_exports import ENV_FILE, StaleEnvFile, read_env_file
 
-        exports = read_env_file()
+        try:
+            exports = read_env_file()
+        except StaleEnvFile as stale:  # its conduit dev was killed: not a stack to export
+            raise SystemExit(f"conduit dev --env: {stale}") from None
         if exports is None:
             raise SystemExit(f"conduit dev --env: no {ENV_FILE} here; is conduit dev running?")
         print(exports, end="")

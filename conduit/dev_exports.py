@@ -10,11 +10,17 @@ and for a process of the reader's own (a director beside their model) the api's
 ``CONDUIT_PUBLIC_URL`` and the file store's absolute ``CONDUIT_FILES_DIR``: a director started
 in another directory would otherwise keep its runner's output files in a store of its own,
 which the api does not serve.
+
+The file's first line names the pid of the ``conduit dev`` that wrote it and, where there is a
+``/proc``, that process's start time: a file whose writer is gone (killed with SIGKILL, so it
+could not remove it) or whose pid now belongs to another process describes a stack that is no
+longer there, and :func:`read_env_file` removes it instead of handing out its exports.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -22,6 +28,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ENV_FILE = Path(".conduit") / "dev.env"
+
+#: The writer's pid and start time (absent where there is no /proc) on the file's first line.
+_HEADER = re.compile(r"# conduit dev \(pid (\d+)(?:, started (\d+))?\)")
+
+
+class StaleEnvFile(Exception):
+    """The env file was left by a ``conduit dev`` that is no longer running; it was removed."""
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        writer = f"conduit dev (pid {pid})" if pid is not None else "a conduit dev"
+        super().__init__(f"no dev stack is running: removed {path}, left by {writer} that died")
 
 
 @dataclass(frozen=True)
@@ -54,8 +73,11 @@ def exports(stack: DevStack) -> str:
     }
     if stack.files_dir:
         values["CONDUIT_FILES_DIR"] = stack.files_dir
+    pid = os.getpid()
+    started = _start_time(pid)
+    writer = f"pid {pid}" if started is None else f"pid {pid}, started {started}"
     lines = [
-        f"# conduit dev (pid {os.getpid()}): eval these in another shell, or source this file",
+        f"# conduit dev ({writer}): eval these in another shell, or source this file",
         *(f"export {name}={shlex.quote(value)}" for name, value in values.items()),
         f'export PATH={shlex.quote(str(conduit_path().parent))}:"$PATH"',
     ]
@@ -74,10 +96,43 @@ def write_env_file(stack: DevStack, path: Path = ENV_FILE) -> Path:
 
 
 def read_env_file(path: Path = ENV_FILE) -> str | None:
+    """The exports of the running ``conduit dev``; None when there is no file. A file whose
+    writer is no longer running is removed, and :class:`StaleEnvFile` raised."""
     try:
-        return path.read_text()
+        text = path.read_text()
     except FileNotFoundError:
         return None
+    header = _HEADER.match(text)
+    if header is None or not _running(int(header[1]), header[2]):
+        path.unlink(missing_ok=True)
+        raise StaleEnvFile(path, int(header[1]) if header else None)
+    return text
+
+
+def _running(pid: int, started: str | None) -> bool:
+    """Whether ``pid`` is still the process that wrote the file: the same start time where
+    the file has one (a pid is reused, in time), or else any process with that pid."""
+    if started is not None:
+        return _start_time(pid) == started
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, though hardly a dev stack here
+        return True
+    return True
+
+
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks after boot (``/proc/PID/stat``'s 22nd field);
+    None with no such process (or only its zombie, dead but not yet reaped) or no ``/proc``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The second field, the command's name in parentheses, may hold spaces: count after it.
+    fields = stat.rpartition(")")[2].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def banner(stack: DevStack, env_file: Path, model: str) -> str:
