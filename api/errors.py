@@ -47,7 +47,7 @@ complex, too deep: ``core.transient.past_database_limit``) a 400 ``too_complex``
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -68,9 +68,18 @@ PROBLEM_JSON = "application/problem+json"
 
 
 class Problem(Exception):
+    """Any error with an HTTP status; routes raise its subclasses.
+
+    Each subclass's docstring (when it is answered), ``codes`` and ``sends_retry_after`` make
+    the error reference (``conduit.errors_doc``)."""
+
     status = 500
     title = "Internal Server Error"
     type = "about:blank"
+    #: The ``code`` values it may carry (none: it carries no ``code``).
+    codes: ClassVar[tuple[str, ...]] = ()
+    #: Whether its answer carries a ``Retry-After`` header.
+    sends_retry_after: ClassVar[Literal["always", "sometimes", "never"]] = "never"
 
     def __init__(
         self,
@@ -88,8 +97,12 @@ class Problem(Exception):
 
 
 class Unauthenticated(Problem):
+    """A missing or unknown bearer token, or a stream URL's signature that no key made
+    (``invalid_signature``)."""
+
     status = 401
     title = "Unauthenticated"
+    codes = ("invalid_signature",)
 
     def __init__(
         self,
@@ -100,21 +113,34 @@ class Unauthenticated(Problem):
 
 
 class Forbidden(Problem):
+    """The account may not do this: change another's model or block, an admin's action, act
+    on ``/ops`` from a read-only account (``read_only``) or with a stale form token; or a
+    genuine stream or file URL past its expiry (``expired_signature``)."""
+
     status = 403
     title = "Forbidden"
+    codes = ("expired_signature", "read_only")
 
 
 class NotFound(Problem):
+    """An unknown resource, or another account's prediction (the same answer)."""
+
     status = 404
     title = "Not found"
 
 
 class InvalidRequest(Problem):
+    """Malformed JSON, a body of the wrong shape, or a header, cursor or query parameter
+    that cannot be read."""
+
     status = 400
     title = "Invalid request"
 
 
 class InvalidInput(Problem):
+    """A field failed validation (``errors`` names each field), or an ``Idempotency-Key``
+    reused with a different request."""
+
     status = 422
     title = "Invalid input"
 
@@ -127,8 +153,13 @@ def invalid_input(refused: RefusedInput) -> InvalidInput:
 
 
 class Conflict(Problem):
+    """The request collides with another or with what is stored: a create reusing an
+    ``Idempotency-Key`` whose first request is still in progress (with Retry-After), a name
+    taken, something still in use."""
+
     status = 409
     title = "Conflict"
+    sends_retry_after = "sometimes"
 
     def __init__(
         self,
@@ -142,13 +173,18 @@ class Conflict(Problem):
 
 
 class PayloadTooLarge(Problem):
+    """A body over ``max_body_bytes``."""
+
     status = 413
     title = "Request body too large"
 
 
 class UnsupportedEncoding(Problem):
+    """A body sent with a ``Content-Encoding``: bodies are never decoded."""
+
     status = 415
     title = "Unsupported Media Type"
+    codes = ("unsupported_content_encoding",)
 
     def __init__(self, encoding: str) -> None:
         detail = f"Request bodies are not decoded: send it without Content-Encoding ({encoding!r})."
@@ -162,24 +198,38 @@ class UnsupportedEncoding(Problem):
 
 
 class RateLimited(Problem):
+    """Too many failed authentications from the client's address, or an account past its
+    rate of creates or uploads."""
+
     status = 429
     title = "Too many requests"
+    codes = ("rate_limited",)
+    sends_retry_after = "always"
 
     def __init__(self, detail: str, retry_after: int) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after)}, code="rate_limited")
 
 
 class Unavailable(Problem):
+    """Postgres, Redis or the file store unreachable, this server holding its most waiting
+    clients, or a part this server does not run (files, the synchronous lane)."""
+
     status = 503
     title = "Service unavailable"
+    sends_retry_after = "always"
 
     def __init__(self, detail: str, retry_after: int = 5) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after)})
 
 
 class OutOfCapacity(Problem):
+    """The synchronous lane has no permit for a ``/run``: its queue is full, no runner freed
+    up in time, or no runner serves the model now."""
+
     status = 429
     title = "Too Many Requests"
+    codes = ("out_of_capacity",)
+    sends_retry_after = "always"
 
     _DETAIL = {
         RejectReason.OUT_OF_CAPACITY: "Capacity temporarily exceeded: the queue is full.",
@@ -194,16 +244,24 @@ class OutOfCapacity(Problem):
 
 
 class RunnerFailed(Problem):
+    """A ``/run`` failed on its runner(s)."""
+
     status = 502
     title = "Bad Gateway"
+    codes = ("runner_failed",)
 
     def __init__(self, detail: str) -> None:
         super().__init__(detail, code="runner_failed")
 
 
 class RunnerUnavailable(Problem):
+    """Every runner of a ``/run``'s destination refused this server's runner token: the
+    platform's misconfiguration; nothing was run or recorded."""
+
     status = 503
     title = "Service unavailable"
+    codes = ("runner_unavailable",)
+    sends_retry_after = "always"
 
     def __init__(self, retry_after: int) -> None:
         super().__init__(

@@ -76,8 +76,19 @@ class ApiMetrics(ProcessMetrics):
         children[1].observe(seconds)
 
 
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=value)
+#: The gauges :class:`ResourceCollector` reads, and their help.
+RESOURCE_GAUGES = {
+    "conduit_api_waiters": "Prefer: wait and SSE waiters held.",
+    "conduit_api_max_waiters": "Most waiters this process holds.",
+    "conduit_api_db_pool_checked_out": "Postgres connections in use.",
+    "conduit_api_db_pool_size": "Postgres connections the pool keeps.",
+    "conduit_api_redis_pool_in_use": "Redis connections in use.",
+    "conduit_api_redis_pool_max": "Most Redis connections the pool opens.",
+}
+
+
+def _gauge(name: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, RESOURCE_GAUGES[name], value=value)
 
 
 class ResourceCollector(Collector):
@@ -86,32 +97,29 @@ class ResourceCollector(Collector):
     def __init__(self, resources: Callable[[], Resources | None]) -> None:
         self._resources = resources
 
+    def describe(self) -> Iterator[Metric]:
+        """Every gauge :meth:`collect` may yield, empty: known before the resources open."""
+        for name, documentation in RESOURCE_GAUGES.items():
+            yield GaugeMetricFamily(name, documentation)
+
     def collect(self) -> Iterator[Metric]:
         resources = self._resources()
         if resources is None:
             return
         hub = resources.hub
-        yield _gauge("conduit_api_waiters", "Prefer: wait and SSE waiters held.", hub.waiters)
-        yield _gauge("conduit_api_max_waiters", "Most waiters this process holds.", hub.max_waiters)
+        yield _gauge("conduit_api_waiters", hub.waiters)
+        yield _gauge("conduit_api_max_waiters", hub.max_waiters)
         pool = resources.engine.pool
         size = getattr(pool, "size", None)
         checked_out = getattr(pool, "checkedout", None)
         if callable(size) and callable(checked_out):
-            yield _gauge(
-                "conduit_api_db_pool_checked_out",
-                "Postgres connections in use.",
-                checked_out(),
-            )
-            yield _gauge("conduit_api_db_pool_size", "Postgres connections the pool keeps.", size())
+            yield _gauge("conduit_api_db_pool_checked_out", checked_out())
+            yield _gauge("conduit_api_db_pool_size", size())
         redis_pool = getattr(resources.redis, "connection_pool", None)
         in_use = getattr(redis_pool, "_in_use_connections", None)
         if redis_pool is not None and in_use is not None:
-            yield _gauge("conduit_api_redis_pool_in_use", "Redis connections in use.", len(in_use))
-            yield _gauge(
-                "conduit_api_redis_pool_max",
-                "Most Redis connections the pool opens.",
-                getattr(redis_pool, "max_connections", 0),
-            )
+            yield _gauge("conduit_api_redis_pool_in_use", len(in_use))
+            yield _gauge("conduit_api_redis_pool_max", getattr(redis_pool, "max_connections", 0))
 
 
 class RequestMetrics:

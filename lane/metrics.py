@@ -59,37 +59,18 @@ class LaneCollector(Collector):
     def __init__(self, lane: Callable[[], LaneState | None]) -> None:
         self._lane = lane
 
+    def describe(self) -> Iterator[Metric]:
+        """The families :meth:`collect` yields, empty: known without a lane (the registry's
+        names, the metrics reference)."""
+        yield from _per_deployment()
+        yield from _totals()
+
     def collect(self) -> Iterator[Metric]:
         lane = self._lane()
         if lane is None:
             return
         counters = lane.snapshot()
-        depth = GaugeMetricFamily(
-            "lane_queue_depth", "Requests queued for a permit.", labels=["deployment"]
-        )
-        in_flight = GaugeMetricFamily(
-            "lane_in_flight", "Requests on a runner now.", labels=["deployment"]
-        )
-        permits = GaugeMetricFamily(
-            "lane_permits",
-            "This replica's permits: free, used, or full (held back after a refusal or an "
-            "ejection).",
-            labels=["deployment", "state"],
-        )
-        rejections = CounterMetricFamily(
-            "lane_rejections",
-            "Requests refused without a run, by why (runner_unavailable: a 503, the others a "
-            "429 out_of_capacity).",
-            labels=["deployment", "reason"],
-        )
-        retries = CounterMetricFamily(
-            "lane_retries", "Attempts retried on another runner.", labels=["deployment"]
-        )
-        exhausted = CounterMetricFamily(
-            "lane_retry_budget_exhausted",
-            "Retries not made: the retry budget was spent.",
-            labels=["deployment"],
-        )
+        depth, in_flight, permits, rejections, retries, exhausted = _per_deployment()
         for name, c in sorted(counters.items()):
             depth.add_metric([name], c.queue_depth)
             in_flight.add_metric([name], c.in_flight)
@@ -104,11 +85,56 @@ class LaneCollector(Collector):
             retries.add_metric([name], c.retries_total)
             exhausted.add_metric([name], c.retry_budget_exhausted_total)
         yield from (depth, in_flight, permits, rejections, retries, exhausted)
-        yield CounterMetricFamily(
-            "lane_records", "Runs recorded after their answer.", value=lane.records_written
-        )
-        yield CounterMetricFamily(
+        records, failures = _totals()
+        records.add_metric([], lane.records_written)
+        failures.add_metric([], lane.record_failures)
+        yield from (records, failures)
+
+
+def _per_deployment() -> tuple[
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    GaugeMetricFamily,
+    CounterMetricFamily,
+    CounterMetricFamily,
+    CounterMetricFamily,
+]:
+    """The per-deployment families, empty."""
+    return (
+        GaugeMetricFamily(
+            "lane_queue_depth", "Requests queued for a permit.", labels=["deployment"]
+        ),
+        GaugeMetricFamily("lane_in_flight", "Requests on a runner now.", labels=["deployment"]),
+        GaugeMetricFamily(
+            "lane_permits",
+            "This replica's permits: free, used, or full (held back after a refusal or an "
+            "ejection).",
+            labels=["deployment", "state"],
+        ),
+        CounterMetricFamily(
+            "lane_rejections",
+            "Requests refused without a run, by why (runner_unavailable: a 503, the others a "
+            "429 out_of_capacity).",
+            labels=["deployment", "reason"],
+        ),
+        CounterMetricFamily(
+            "lane_retries", "Attempts retried on another runner.", labels=["deployment"]
+        ),
+        CounterMetricFamily(
+            "lane_retry_budget_exhausted",
+            "Retries not made: the retry budget was spent.",
+            labels=["deployment"],
+        ),
+    )
+
+
+def _totals() -> tuple[CounterMetricFamily, CounterMetricFamily]:
+    """The records written after the runs, and those that could not be, empty."""
+    return (
+        CounterMetricFamily("lane_records", "Runs recorded after their answer.", labels=[]),
+        CounterMetricFamily(
             "lane_record_failures",
             "Runs whose record could not be written (the caller had its answer).",
-            value=lane.record_failures,
-        )
+            labels=[],
+        ),
+    )
