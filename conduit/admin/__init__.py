@@ -13,7 +13,6 @@ from conduit.admin.accounts import create_account, set_admin, set_ops_role
 from conduit.admin.blocks import (
     create_block,
     delete_block,
-    format_blocks,
     parse_metadata,
 )
 from conduit.admin.deployments import create_deployment
@@ -30,7 +29,6 @@ __all__ = [
     "delete_block",
     "entitle_priority",
     "fleet",
-    "format_blocks",
     "format_fleet",
     "grant",
     "parse_metadata",

@@ -8,8 +8,9 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from conduit.admin.collection import Collection
 from conduit.admin.running import with_engine
-from conduit.admin.tables import add_list_options, listing, to_json, when
+from conduit.admin.tables import when
 from tracker import accounts, catalog_admin
 from tracker.accounts import AccountSummary
 
@@ -69,17 +70,15 @@ async def delete_account(engine: AsyncEngine, name: str) -> str:
     )
 
 
-def cmd_list_accounts(args: argparse.Namespace) -> None:
-    found = with_engine(lambda engine: accounts.list_accounts(engine, args.limit))
-    print(listing(found, ACCOUNT_COLUMNS, _row, as_json=args.json, empty="no accounts"))
-
-
-def cmd_show_account(args: argparse.Namespace) -> None:
-    print(to_json(with_engine(lambda engine: show_account(engine, args.name))))
-
-
-def cmd_delete_account(args: argparse.Namespace) -> None:
-    print(with_engine(lambda engine: delete_account(engine, args.name), catalog_change=True))
+ACCOUNTS: Collection[AccountSummary] = Collection(
+    noun="account",
+    metavar="ACCOUNT",
+    columns=ACCOUNT_COLUMNS,
+    row=_row,
+    read_all=lambda engine, args: accounts.list_accounts(engine, args.limit),
+    read_one=lambda engine, args: show_account(engine, args.name),
+    delete=lambda engine, args: delete_account(engine, args.name),
+)
 
 
 def cmd_create_account(args: argparse.Namespace) -> None:
@@ -102,21 +101,13 @@ def add_accounts(admin_sub: Any) -> None:
         "--admin", action="store_true", help="make it an admin (it may read GET /v1/fleet)"
     )
     account.set_defaults(func=cmd_create_account)
-    listed = admin_sub.add_parser(
-        "list-accounts", help="list accounts: role, tokens, what each owns"
-    )
-    add_list_options(listed)
-    listed.set_defaults(func=cmd_list_accounts)
-    shown = admin_sub.add_parser("show-account", help="print an account as JSON")
-    shown.add_argument("name", metavar="ACCOUNT")
-    shown.set_defaults(func=cmd_show_account)
-    deleted = admin_sub.add_parser(
-        "delete-account",
-        help="deactivate an account and delete its tokens (its models, deployments and "
+    ACCOUNTS.add(
+        admin_sub,
+        list_help="list accounts: role, tokens, what each owns",
+        show_help="print an account as JSON",
+        delete_help="deactivate an account and delete its tokens (its models, deployments and "
         "predictions are kept)",
     )
-    deleted.add_argument("name", metavar="ACCOUNT")
-    deleted.set_defaults(func=cmd_delete_account)
     set_admin_ = admin_sub.add_parser(
         "set-admin", help="make an account an admin (it may read GET /v1/fleet)"
     )

@@ -4,15 +4,14 @@ deployments and model versions published as blocks for the inference gateway."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from typing import Any
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from conduit.admin.collection import Collection
 from conduit.admin.names import split_name
 from conduit.admin.running import with_engine
-from conduit.admin.tables import add_list_options, listing, to_json
 from tracker import blocks, catalog
 
 
@@ -86,11 +85,6 @@ def _row(block: blocks.BlockInfo) -> tuple[str, ...]:
     )
 
 
-def format_blocks(found: Sequence[blocks.BlockInfo], as_json: bool = False) -> str:
-    """Blocks as a table, one a line, newest first (or a JSON array)."""
-    return listing(found, BLOCK_COLUMNS, _row, as_json=as_json, empty="no blocks")
-
-
 async def show_block(engine: AsyncEngine, block_id: str) -> blocks.BlockInfo:
     found = await blocks.get(engine, block_id)
     if found is None:
@@ -115,17 +109,16 @@ def cmd_create_block(args: argparse.Namespace) -> None:
     )
 
 
-def cmd_list_blocks(args: argparse.Namespace) -> None:
-    found = with_engine(lambda engine: blocks.list_blocks(engine, None, limit=args.limit))
-    print(format_blocks(found, args.json))
-
-
-def cmd_show_block(args: argparse.Namespace) -> None:
-    print(to_json(with_engine(lambda engine: show_block(engine, args.block_id))))
-
-
-def cmd_delete_block(args: argparse.Namespace) -> None:
-    print(with_engine(lambda engine: delete_block(engine, args.block_id)))
+BLOCKS: Collection[blocks.BlockInfo] = Collection(
+    noun="block",
+    metavar="BLOCK_ID",
+    columns=BLOCK_COLUMNS,
+    row=_row,
+    read_all=lambda engine, args: blocks.list_blocks(engine, None, limit=args.limit),
+    read_one=lambda engine, args: show_block(engine, args.name),
+    delete=lambda engine, args: delete_block(engine, args.name),
+    catalog_change=False,
+)
 
 
 def add_blocks(admin_sub: Any) -> None:
@@ -142,12 +135,9 @@ def add_blocks(admin_sub: Any) -> None:
     )
     block.add_argument("--id", help="the block's id (blk- and 4 to 12 lowercase letters or digits)")
     block.set_defaults(func=cmd_create_block)
-    listed = admin_sub.add_parser("list-blocks", help="list the blocks of every account")
-    add_list_options(listed)
-    listed.set_defaults(func=cmd_list_blocks)
-    shown = admin_sub.add_parser("show-block", help="print a block as JSON")
-    shown.add_argument("block_id", metavar="BLOCK_ID")
-    shown.set_defaults(func=cmd_show_block)
-    deleted = admin_sub.add_parser("delete-block", help="delete a block")
-    deleted.add_argument("block_id", metavar="BLOCK_ID")
-    deleted.set_defaults(func=cmd_delete_block)
+    BLOCKS.add(
+        admin_sub,
+        list_help="list the blocks of every account",
+        show_help="print a block as JSON",
+        delete_help="delete a block",
+    )

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from conduit.admin.collection import Collection
 from conduit.admin.names import (
     VISIBILITIES,
     account_names,
@@ -16,7 +17,7 @@ from conduit.admin.names import (
 )
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import OPERATOR, with_engine
-from conduit.admin.tables import add_list_options, listing, to_json, when
+from conduit.admin.tables import when
 from tracker import catalog, catalog_admin, management
 from tracker.catalog import DeploymentInfo
 from tracker.keys import DEFAULT_SHARDS
@@ -104,17 +105,15 @@ async def delete_deployment(engine: AsyncEngine, name: str) -> str:
     return f"deleted deployment {name}"
 
 
-def cmd_list_deployments(args: argparse.Namespace) -> None:
-    found = with_engine(lambda engine: catalog.list_deployments(engine, OPERATOR, limit=args.limit))
-    print(listing(found, DEPLOYMENT_COLUMNS, _row, as_json=args.json, empty="no deployments"))
-
-
-def cmd_show_deployment(args: argparse.Namespace) -> None:
-    print(to_json(with_engine(lambda engine: show_deployment(engine, args.name))))
-
-
-def cmd_delete_deployment(args: argparse.Namespace) -> None:
-    print(with_engine(lambda engine: delete_deployment(engine, args.name), catalog_change=True))
+DEPLOYMENTS: Collection[DeploymentInfo] = Collection(
+    noun="deployment",
+    metavar="OWNER/NAME",
+    columns=DEPLOYMENT_COLUMNS,
+    row=_row,
+    read_all=lambda engine, args: catalog.list_deployments(engine, OPERATOR, limit=args.limit),
+    read_one=lambda engine, args: show_deployment(engine, args.name),
+    delete=lambda engine, args: delete_deployment(engine, args.name),
+)
 
 
 def cmd_create_deployment(args: argparse.Namespace) -> None:
@@ -200,18 +199,12 @@ def add_deployments(admin_sub: Any) -> None:
         help="honour X-Priority: high from every account that may use it (unchanged if omitted)",
     )
     deployment.set_defaults(func=cmd_create_deployment)
-    listed = admin_sub.add_parser("list-deployments", help="list every account's deployments")
-    add_list_options(listed)
-    listed.set_defaults(func=cmd_list_deployments)
-    shown = admin_sub.add_parser("show-deployment", help="print a deployment as JSON")
-    shown.add_argument("name", metavar="OWNER/NAME")
-    shown.set_defaults(func=cmd_show_deployment)
-    deleted = admin_sub.add_parser(
-        "delete-deployment",
-        help="delete a deployment (refused while it is a block or runs predictions)",
+    DEPLOYMENTS.add(
+        admin_sub,
+        list_help="list every account's deployments",
+        show_help="print a deployment as JSON",
+        delete_help="delete a deployment (refused while it is a block or runs predictions)",
     )
-    deleted.add_argument("name", metavar="OWNER/NAME")
-    deleted.set_defaults(func=cmd_delete_deployment)
     scaler = admin_sub.add_parser(
         "scaler",
         help="print a deployment's KEDA ScaledObject (min/max instances as its releases set "

@@ -4,13 +4,12 @@ command names the account."""
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.admin.running import with_engine
-from conduit.admin.tables import add_list_options, listing, to_json, when
+from conduit.admin.collection import Collection
+from conduit.admin.tables import when
 from tracker import catalog, named_graphs
 from tracker.named_graphs import StoredGraph
 
@@ -47,32 +46,24 @@ async def delete_graph(engine: AsyncEngine, account: str, graph_id: str) -> str:
     return f"deleted graph {graph_id} of {account}"
 
 
-def cmd_list_graphs(args: argparse.Namespace) -> None:
-    found = with_engine(lambda engine: list_graphs(engine, args.account, args.limit))
-    if args.json:  # as GET /v1/graphs renders them
-        print(to_json([named_graphs.render(graph) for graph in found]))
-        return
-    print(listing(found, GRAPH_COLUMNS, _row, as_json=False, empty="no graphs"))
-
-
-def cmd_show_graph(args: argparse.Namespace) -> None:
-    print(to_json(with_engine(lambda engine: show_graph(engine, args.account, args.graph_id))))
-
-
-def cmd_delete_graph(args: argparse.Namespace) -> None:
-    print(with_engine(lambda engine: delete_graph(engine, args.account, args.graph_id)))
+GRAPHS: Collection[StoredGraph] = Collection(
+    noun="graph",
+    metavar="GRAPH_ID",
+    columns=GRAPH_COLUMNS,
+    row=_row,
+    read_all=lambda engine, args: list_graphs(engine, args.account, args.limit),
+    read_one=lambda engine, args: show_graph(engine, args.account, args.name),
+    delete=lambda engine, args: delete_graph(engine, args.account, args.name),
+    catalog_change=False,
+    per_account=True,
+    render=lambda found: [named_graphs.render(graph) for graph in found],  # as GET /v1/graphs
+)
 
 
 def add_graphs(admin_sub: Any) -> None:
-    listed = admin_sub.add_parser("list-graphs", help="list an account's named graphs")
-    listed.add_argument("account", metavar="ACCOUNT")
-    add_list_options(listed)
-    listed.set_defaults(func=cmd_list_graphs)
-    shown = admin_sub.add_parser("show-graph", help="print an account's graph (its spec) as JSON")
-    shown.add_argument("account", metavar="ACCOUNT")
-    shown.add_argument("graph_id", metavar="GRAPH_ID")
-    shown.set_defaults(func=cmd_show_graph)
-    deleted = admin_sub.add_parser("delete-graph", help="delete an account's graph")
-    deleted.add_argument("account", metavar="ACCOUNT")
-    deleted.add_argument("graph_id", metavar="GRAPH_ID")
-    deleted.set_defaults(func=cmd_delete_graph)
+    GRAPHS.add(
+        admin_sub,
+        list_help="list an account's named graphs",
+        show_help="print an account's graph (its spec) as JSON",
+        delete_help="delete an account's graph",
+    )

@@ -10,10 +10,11 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from conduit.admin.collection import Collection
 from conduit.admin.names import VISIBILITIES, note_new_owner, split_name
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import OPERATOR, with_engine
-from conduit.admin.tables import add_list_options, listing, to_json, when
+from conduit.admin.tables import when
 from protocol import bearer
 from tracker import catalog, catalog_admin, management
 from tracker.catalog import ModelInfo
@@ -109,22 +110,15 @@ async def delete_model(engine: AsyncEngine, name: str, with_versions: bool) -> s
     return f"deleted model {name}"
 
 
-def cmd_list_models(args: argparse.Namespace) -> None:
-    found = with_engine(lambda engine: catalog.list_models(engine, OPERATOR, limit=args.limit))
-    print(listing(found, MODEL_COLUMNS, _row, as_json=args.json, empty="no models"))
-
-
-def cmd_show_model(args: argparse.Namespace) -> None:
-    print(to_json(with_engine(lambda engine: show_model(engine, args.name))))
-
-
-def cmd_delete_model(args: argparse.Namespace) -> None:
-    print(
-        with_engine(
-            lambda engine: delete_model(engine, args.name, args.with_versions),
-            catalog_change=True,
-        )
-    )
+MODELS: Collection[ModelInfo] = Collection(
+    noun="model",
+    metavar="OWNER/NAME",
+    columns=MODEL_COLUMNS,
+    row=_row,
+    read_all=lambda engine, args: catalog.list_models(engine, OPERATOR, limit=args.limit),
+    read_one=lambda engine, args: show_model(engine, args.name),
+    delete=lambda engine, args: delete_model(engine, args.name, args.with_versions),
+)
 
 
 def cmd_create_model(args: argparse.Namespace) -> None:
@@ -157,19 +151,14 @@ def add_models(admin_sub: Any) -> None:
         help="public (default for a new model) or private; unchanged when omitted on an existing",
     )
     model.set_defaults(func=cmd_create_model)
-    listed = admin_sub.add_parser("list-models", help="list every account's models")
-    add_list_options(listed)
-    listed.set_defaults(func=cmd_list_models)
-    shown = admin_sub.add_parser("show-model", help="print a model and its versions as JSON")
-    shown.add_argument("name", metavar="OWNER/NAME")
-    shown.set_defaults(func=cmd_show_model)
-    deleted = admin_sub.add_parser(
-        "delete-model", help="delete a model (refused while it has versions or deployments)"
+    deleted = MODELS.add(
+        admin_sub,
+        list_help="list every account's models",
+        show_help="print a model and its versions as JSON",
+        delete_help="delete a model (refused while it has versions or deployments)",
     )
-    deleted.add_argument("name", metavar="OWNER/NAME")
     deleted.add_argument(
         "--with-versions",
         action="store_true",
         help="delete its versions first (each refused while a deployment runs it)",
     )
-    deleted.set_defaults(func=cmd_delete_model)

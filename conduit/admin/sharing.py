@@ -4,6 +4,7 @@ private models and deployments, and who may ask for high priority."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -17,27 +18,39 @@ from tracker import catalog, catalog_admin
 async def grant(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: str) -> list[str]:
     """Let each of ``accounts`` (``acct1,acct2``) use the private model or deployment."""
     owner, short = split_name(name)
-    said = []
-    for account in account_names(accounts, required=True):
-        try:
-            new = await catalog_admin.grant(engine, account, kind, owner, short)
-        except LookupError as error:
-            raise SystemExit(str(error)) from error
-        said.append(f"{account} {'granted' if new else 'already granted'} {kind} {name}")
-    return said
+
+    def said(account: str, new: bool) -> str:
+        return f"{account} {'granted' if new else 'already granted'} {kind} {name}"
+
+    return await _each_account(
+        accounts, lambda account: catalog_admin.grant(engine, account, kind, owner, short), said
+    )
 
 
 async def revoke(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: str) -> list[str]:
     """Withdraw grants. An account still sees a public one, or one it owns."""
     owner, short = split_name(name)
-    said = []
+
+    def said(account: str, had: bool) -> str:
+        return f"{account} {'revoked from' if had else 'had no grant on'} {kind} {name}"
+
+    return await _each_account(
+        accounts, lambda account: catalog_admin.revoke(engine, account, kind, owner, short), said
+    )
+
+
+async def _each_account(
+    accounts: str, change: Callable[[str], Awaitable[bool]], said: Callable[[str, bool], str]
+) -> list[str]:
+    """``change`` each of ``accounts``; a line per account of what ``said`` makes of it."""
+    lines = []
     for account in account_names(accounts, required=True):
         try:
-            had = await catalog_admin.revoke(engine, account, kind, owner, short)
+            changed = await change(account)
         except LookupError as error:
             raise SystemExit(str(error)) from error
-        said.append(f"{account} {'revoked from' if had else 'had no grant on'} {kind} {name}")
-    return said
+        lines.append(said(account, changed))
+    return lines
 
 
 async def set_visibility(
