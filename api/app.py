@@ -19,7 +19,7 @@ from types import FrameType
 
 from fastapi import FastAPI
 
-from api import errors, openapi, ops
+from api import error_handlers, openapi, ops
 from api.auth import Authenticator
 from api.body_auth import AuthenticateBeforeBody
 from api.deps import Resources
@@ -222,7 +222,7 @@ def create_app(settings: ApiSettings, lane_settings: LaneSettings | None = None)
             yield
 
     app = FastAPI(title="Conduit", version="0.1.0", lifespan=lifespan)
-    errors.install(app)
+    error_handlers.install(app)
     openapi.install(app)
     app.include_router(predictions.router)
     app.include_router(account.router)

@@ -37,7 +37,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from api import serving
 from api.deadlines import parse_cancel_after
 from api.deps import Resources, get_account, get_resources, limit_creates
-from api.errors import undecodable_body
+from api.error_handlers import undecodable_body
 from api.openapi import (
     OUT_OF_CAPACITY,
     RUN_HEADERS,

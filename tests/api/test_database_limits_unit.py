@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from api import errors
+from api import error_handlers
 
 #: A SQL/JSON path of 30,000 alternatives: Postgres's parser refuses it as too complex.
 TOO_COMPLEX = "$ ? (" + " || ".join(f"@ == {i}" for i in range(30_000)) + ")"
@@ -18,7 +18,7 @@ TOO_COMPLEX = "$ ? (" + " || ".join(f"@ == {i}" for i in range(30_000)) + ")"
 
 async def test_a_statement_too_complex_is_400_not_unreachable(engine: AsyncEngine) -> None:
     app = FastAPI()
-    errors.install(app)
+    error_handlers.install(app)
 
     @app.get("/complex")
     async def complex_statement() -> None:
