@@ -12,7 +12,7 @@ peer (an IPv6 peer counts as its /64).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import grpc
@@ -49,15 +49,11 @@ def peer_address(peer: str) -> str:
 
 
 class TokenAuth:
-    def __init__(
-        self,
-        load: Callable[[str], Awaitable[AccountInfo | None]],
-        ttl: float,
-        max_unknown: int,
-        failures_per_minute: float,
-        failure_burst: int,
-    ) -> None:
-        self.tokens = TokenChecks(load, ttl, max_unknown, failures_per_minute, failure_burst)
+    """A call's account, by the api's rule (:class:`tracker.token_checks.TokenChecks`), its
+    refusals said as gRPC says them."""
+
+    def __init__(self, tokens: TokenChecks) -> None:
+        self.tokens = tokens
 
     async def authenticate(self, context: grpc.aio.ServicerContext[Any, Any]) -> AccountInfo:
         """The call's account, from its metadata and peer (what

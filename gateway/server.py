@@ -46,6 +46,7 @@ from gateway.settings import GatewaySettings
 from gateway.task import FileLimits, parse_packet
 from tracker.catalog import account_for_token
 from tracker.db import make_engine
+from tracker.token_checks import TokenChecks
 
 log = logging.getLogger(__name__)
 SERVICE = DESCRIPTOR.services_by_name["BlockInferenceService"].full_name
@@ -254,11 +255,13 @@ async def open_request_log(
 
 def token_auth(engine: AsyncEngine, settings: GatewaySettings) -> TokenAuth:
     return TokenAuth(
-        lambda token: account_for_token(engine, token),
-        settings.token_cache_ttl,
-        settings.tokens_cached,
-        settings.auth_failures_per_minute,
-        settings.auth_failure_burst,
+        TokenChecks(
+            lambda token: account_for_token(engine, token),
+            settings.token_cache_ttl,
+            settings.tokens_cached,
+            settings.auth_failures_per_minute,
+            settings.auth_failure_burst,
+        )
     )
 
 

@@ -22,6 +22,7 @@ from tests.fixtures.gateway_stack import Live
 from tests.fixtures.inspect_model import GRAPH_BLOCKS
 from tests.fixtures.processes import Launcher
 from tracker.catalog import AccountInfo
+from tracker.token_checks import TokenChecks
 
 A, B, C, D = GRAPH_BLOCKS[:4]
 
@@ -118,7 +119,9 @@ async def test_made_up_tokens_cost_no_query_past_the_budget_nor_evict_valid_ones
         queries.append(token)
         return alice if token == good else None
 
-    tokens = TokenAuth(load, ttl=300, max_unknown=2, failures_per_minute=1, failure_burst=5)
+    tokens = TokenAuth(
+        TokenChecks(load, ttl=300, max_unknown=2, failures_per_minute=1, failure_burst=5)
+    )
     assert await tokens.account(auth(good), "ipv4:10.0.0.1:5000") == alice
     for _ in range(5):
         with pytest.raises(Unauthenticated):
