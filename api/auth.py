@@ -5,7 +5,8 @@ query), answered here in HTTP: a refusal is 401, an address past its budget 429
 ``rate_limited`` with ``Retry-After``.
 
 The address is the connection's peer, or what ``X-Forwarded-For`` says when the peer is a
-configured trusted proxy (``trusted_proxies``; the server applies it, see ``conduit.cli``).
+configured trusted proxy (``trusted_proxies``; the server applies it, see
+``conduit.commands.cmd_api``).
 
 Stream URLs carry their own credential (``tracker.capabilities``): :func:`stream_capability`.
 """

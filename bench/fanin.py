@@ -29,7 +29,7 @@ import aiohttp
 
 from bench.report import Repeated, machine, quantile, table
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from tests.fixtures.waiting import wait_for
 
 CONNECTIONS = 32

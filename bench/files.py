@@ -44,7 +44,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from bench.report import Repeated, machine, table
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from core.ports import free_port
 from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.processes import Proc

@@ -26,7 +26,7 @@ import redis
 
 from bench.report import Repeated, machine, quantile
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from tests.faults.test_fairness import account_id, one_shared_shard_name
 from tests.fixtures.waiting import wait_for
 

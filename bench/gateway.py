@@ -53,7 +53,7 @@ from grpc_health.v1.health_pb2_grpc import HealthStub
 
 from bench.report import Repeated, machine, quantile, ratio, table
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from gateway.proto.inference_pb2 import AIOSPacket, BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.inspect_model import GRAPH_BLOCKS, REGISTRATION

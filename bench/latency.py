@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from bench.stack import BenchStack, running_stack
 from bench.stamped_runner import produced_at
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from core.ports import free_port
 from tests.fixtures.processes import RUNNER_AUTH
 

@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 
 from bench.report import quantile
-from conduit.cli import run_async
+from conduit.runtime import run_async
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -29,7 +29,7 @@ import httpx
 import psycopg
 import redis
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import local_services
 from director.queue import GROUP
 from tests.fixtures.servers import create_database

@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import local_services
 from tests.fixtures.servers import create_database
 from tracker import registry

@@ -35,7 +35,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
 
 from bench.report import machine, quantile
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from tests.fixtures.processes import RUNNER_AUTH
 from tests.fixtures.waiting import wait_for
 

@@ -36,7 +36,7 @@ import redis.asyncio as aioredis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import local_services
 from director.queue import GROUP
 from tests.fixtures.servers import create_database

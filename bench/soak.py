@@ -27,7 +27,7 @@ import psutil
 
 from bench.report import machine, quantile, table
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 
 BODY = {"input": {"prompt": "soak", "n": 1, "delay": 0}}
 SLOTS = 8

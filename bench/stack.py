@@ -24,7 +24,7 @@ from typing import Any
 
 import psycopg
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import local_services
 from core.ports import free_port
 from tests.fixtures.admin import Admin

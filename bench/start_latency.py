@@ -37,7 +37,7 @@ from bench.peers import STARTS_KEY, WORKERS
 from bench.report import Repeated, machine, quantile, ratio, table
 from bench.stack import BenchStack, running_stack
 from bench.stamped_runner import produced_at
-from conduit.cli import run_async
+from conduit.runtime import run_async
 from tests.fixtures.waiting import wait_for
 
 DEPLOYMENT = "bench/stamped"

@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: make the repo root importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.stack import BenchStack, running_stack
-from conduit.cli import run_async
+from conduit.runtime import run_async
 
 ECHO = "bench/echo"
 INPUT = {"prompt": "w", "n": 1, "delay": 1}

@@ -131,7 +131,7 @@ def _serve_model(children: Children, env: dict[str, str], model: str, runner: st
 
 
 def _serve(env: dict[str, str], port: int, with_files: bool, with_gateway: bool) -> int:
-    from conduit.cli import migrate
+    from conduit.runtime import migrate
 
     migrate(env["DATABASE_URL"])
     # The URLs the api hands out (files a runner downloads) name the port it listens on.

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls, local_services
 from tests.faults import report as drill_report
 from tests.fixtures import scheduling

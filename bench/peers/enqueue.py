@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
-from conduit.cli import run_async
+from conduit.runtime import run_async
 
 
 def send_sync(enqueue_one: Callable[[], None], count: int, concurrency: int) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from conduit.cli import database_url, run_async
+from conduit.runtime import database_url, run_async
 from tracker.catalog import AccountInfo
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from conduit.cli import database_url, run_async
+from conduit.runtime import database_url, run_async
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis

@@ -25,7 +25,7 @@ import httpx
 import psycopg
 import redis
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from tests.faults.report import RESULTS, Outcome
 from tests.fixtures.admin import Admin
 from tests.fixtures.faulty import REGISTRATION as FAULTY_MODEL

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from core.ports import LOOPBACK, free_port
 from tests.files.conftest import s3_store

@@ -23,7 +23,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from conduit import admin as conduit_admin
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from core.ids import new_request_id
 from core.ports import free_port
 from gateway.call_log import LoggedCall, log_entry

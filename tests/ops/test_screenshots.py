@@ -13,7 +13,7 @@ import httpx
 import pytest
 from playwright.sync_api import Page
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from tests.conftest import Stack
 from tests.fixtures.admin import Admin

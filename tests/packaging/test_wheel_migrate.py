@@ -44,7 +44,7 @@ def test_migrate_from_an_installed_wheel(services: ServiceUrls, tmp_path: Path) 
     where = run(
         venv / "bin" / "python",
         "-c",
-        "import conduit.cli; print(conduit.cli.migrations_dir())",
+        "import conduit.runtime; print(conduit.runtime.migrations_dir())",
         cwd=away,
         env=env,
     ).stdout.strip()

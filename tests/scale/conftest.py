@@ -17,7 +17,7 @@ import pytest
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from tests.conftest import admin, launcher, stack
 from tests.faults.harness import Drill, drill_stack

@@ -20,7 +20,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from core.ssrf import parse_cidrs
 from tests.fixtures.predictions import new_predictions

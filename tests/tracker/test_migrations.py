@@ -9,7 +9,7 @@ import uuid
 import psycopg
 import pytest
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from tests.fixtures.servers import create_database
 

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from conduit.cli import migrate
+from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from core.ids import new_webhook_secret
 from core.ssrf import parse_cidrs
