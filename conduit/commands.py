@@ -128,10 +128,10 @@ def cmd_dev(args: argparse.Namespace) -> None:
 def cmd_config(args: argparse.Namespace) -> None:
     from conduit.effective_config import render
     from conduit.env_check import unknown_names
+    from core.env_names import describe
 
     for name, nearest in unknown_names(os.environ):
-        hint = f" (did you mean {nearest}?)" if nearest else ""
-        print(f"# {name} is not a Conduit setting; it is ignored{hint}")
+        print(f"# {describe(name, nearest)}")
     print(render(args.process or PROCESS_NAMES))
 
 
