@@ -53,10 +53,20 @@ PRINTED_GATEWAY = "127.0.0.1:50051"
 PRINTED_BLOCK = "blk-7k2m9q4x"
 #: A block of conduit/echo on the gateway, as the Open Inference Protocol's example prints it.
 PRINTED_ECHO_BLOCK = "blk-3n8v2k5p"
+#: What the gateway fixture serves: an example naming any of them (a block registered in a
+#: named graph over REST, say) gets the gateway and its blocks.
+GATEWAY_PRINTED = (PRINTED_GATEWAY, PRINTED_BLOCK, PRINTED_ECHO_BLOCK)
 #: tritonclient's own environment (it needs protobuf < 7), made by scripts/bootstrap.
 TRITON_PYTHON = ROOT / ".venv-triton" / "bin" / "python"
-#: Ports a tutorial names for the processes it starts.
-PRINTED_PORTS = ("5050", "5051", "5070", "5071", "5072")
+#: Ports a tutorial names for the processes it starts. The scale-out walkthrough's (its Redis
+#: servers, Sentinel, PgBouncer, runner, director, api, and cluster nodes with their bus ports)
+#: have five digits and lie below the ephemeral range (32768-60999): a free port put in for one
+#: never holds another's digits.
+PRINTED_PORTS = (
+    *("5050", "5051", "5070", "5071", "5072"),
+    *("16390", "16391", "26390", "16432", "15100", "15101", "18100"),
+    *("17001", "17002", "17003", "27001", "27002", "27003"),
+)
 #: A file of the reader's that an example opens or uploads by name: made for it here.
 READER_FILE = re.compile(r'(?:open|files\.create)\("([\w.-]+)"')
 
@@ -207,7 +217,7 @@ def test_example_runs_as_printed(
         reader = {**reader, "weights": _newest_weights(reader)}
     if FILES_MODEL in example.code:
         reader = {**reader, "files": request.getfixturevalue("files_model")}
-    if PRINTED_GATEWAY in example.code:
+    if any(printed in example.code for printed in GATEWAY_PRINTED):
         reader = {**reader, **request.getfixturevalue("gateway")}
     if example.page not in workdirs:
         workdirs[example.page] = tmp_path_factory.mktemp("page")
