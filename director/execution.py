@@ -29,15 +29,13 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy.engine import RowMapping
-
 from core.backoff import StartBackoff
 from core.transient import TRANSIENT
 from core.unreachable import UNREACHABLE
 from director.attempts import Attempt, Interruption
 from director.metrics import DirectorMetrics
 from director.observed import Observed
-from director.outcomes import OutputRefused, SuccessHook
+from director.outcomes import Outcome, OutputRefused, SuccessHook
 from director.output_files import SAVE_ERRORS, DataUrlKeeper, unkept_reason
 from director.runner_monitor import RunnerMonitor
 from protocol import PredictionResponse, Priority, RunnerStatus
@@ -150,45 +148,45 @@ class Execution:
         limit = "deadline passed" if self._by_deadline else f"timed out after {self.timeout:g}s"
         return f"{why}; prediction {limit} before it could start"
 
-    async def _finish_at_limit(self) -> RowMapping | None:
+    def _at_limit(self) -> Outcome:
         """The limit passed: canceled or failed if the model ran, aborted or failed if not."""
         started = self.tracker.status is not Status.STARTING
         if started:
             if self._by_deadline:
-                return await self.tracker.finish(Status.CANCELED)
-            return await self.tracker.finish(Status.FAILED, error=self.timeout_error)
+                return Outcome(Status.CANCELED)
+            return Outcome(Status.FAILED, error=self.timeout_error)
         if self._held_back is not None and self._accepted_at is None:
             self.metrics.not_started.labels(self._held_back[0]).inc()
         status = Status.ABORTED if self._by_deadline else Status.FAILED
-        return await self.tracker.finish(status, error=self._not_started_error())
+        return Outcome(status, error=self._not_started_error())
 
-    async def run(self, input: dict[str, Any]) -> RowMapping | None:
+    async def run(self, input: dict[str, Any]) -> Outcome | None:
+        """Run the prediction on the runner: how it ended, for the handler to write; None
+        when this attempt was fenced out (another attempt or a cancel owns it now)."""
         rerun = self.tracker.attempt > 1 and self.on_success is None
         if rerun and await self.tracker.earlier_output():
             # Another attempt's run streamed output before it was lost: running the model
             # again would add a second, possibly different, output to the same stream.
-            return await self.tracker.finish(Status.FAILED, error=RERUN_AFTER_OUTPUT)
+            return Outcome(Status.FAILED, error=RERUN_AFTER_OUTPUT)
         try:
             started = await self._start(input)
         except InputRejected as rejected:
-            return await self.tracker.finish(
-                Status.FAILED, error=f"Invalid input: {rejected.detail}"
-            )
+            return Outcome(Status.FAILED, error=f"Invalid input: {rejected.detail}")
         except OutOfTime as out:
             status = Status.ABORTED if self._by_deadline else Status.FAILED
             limit = "deadline" if self._by_deadline else f"timeout of {self.timeout:g}s"
             error = f"prediction cannot run within its {limit}: runner answered {out}"
-            return await self.tracker.finish(status, error=error)
+            return Outcome(status, error=error)
         except CannotServe as never:
             error = f"the runner cannot run this model: it answered {never}"
-            return await self.tracker.finish(Status.FAILED, error=error)
+            return Outcome(Status.FAILED, error=error)
         if not started:
             if self.attempt.cancel.is_set():
-                return await self.tracker.finish(Status.CANCELED)
-            return await self._finish_at_limit()
+                return Outcome(Status.CANCELED)
+            return self._at_limit()
         return await self._following()
 
-    async def resume(self, feed: SnapshotFeed) -> RowMapping | None:
+    async def resume(self, feed: SnapshotFeed) -> Outcome | None:
         """Follow a run that an earlier attempt started and the runner is still running
         (``RunnerClient.attach``): its snapshots now come here, the state so far first."""
         self._accepted_at = self._loop.time()
@@ -196,7 +194,7 @@ class Execution:
         self._feed_task = asyncio.create_task(self._read_feed(feed))
         return await self._following()
 
-    async def _following(self) -> RowMapping | None:
+    async def _following(self) -> Outcome | None:
         try:
             return await self._follow()
         except _Lost:
@@ -280,7 +278,7 @@ class Execution:
         if self._held_since is None:
             self._held_since = self._loop.time()
 
-    async def _follow(self) -> RowMapping | None:
+    async def _follow(self) -> Outcome | None:
         grace_until: float | None = None
         while True:
             await self._poll_cancel_flag(watching=grace_until is None)
@@ -295,7 +293,7 @@ class Execution:
                     return result
             elif news == "unkept":  # the runner's output cannot be kept: fail it now
                 await self._cancel_on_runner()
-                return await self.tracker.finish(Status.FAILED, error=self.attempt.unkept)
+                return Outcome(Status.FAILED, error=self.attempt.unkept)
             elif news == "quiet" and self._loop.time() < limit:
                 if self.monitor.generation != self.generation:
                     raise RunnerError(f"runner lost {self.prediction_id} (died or restarted)")
@@ -304,7 +302,7 @@ class Execution:
                 await self._cancel_on_runner()
                 grace_until = self._loop.time() + self.cancel_grace
             else:
-                return await self._cancel_ignored()
+                return self._cancel_ignored()
 
     async def _poll_cancel_flag(self, watching: bool) -> None:
         """Cancels are published fire-and-forget; one sent while this director was not
@@ -322,14 +320,14 @@ class Execution:
             log.info("%s was flagged for cancel; canceling on the runner", self.prediction_id)
             self.attempt.cancel.set()
 
-    async def _cancel_ignored(self) -> RowMapping | None:
+    def _cancel_ignored(self) -> Outcome:
         """The runner never confirmed the cancel: record the outcome ourselves, and stop
         giving this runner work until it is healthy again."""
         if self.on_cancel_ignored is not None:
             self.on_cancel_ignored()
         if self._limit_hit:
-            return await self._finish_at_limit()
-        return await self.tracker.finish(Status.CANCELED)
+            return self._at_limit()
+        return Outcome(Status.CANCELED)
 
     async def _next(self, seconds: float, watch_cancel: bool) -> PredictionResponse | Interruption:
         if self.attempt.lease.lost:
@@ -345,8 +343,9 @@ class Execution:
             snapshot = queue.get_nowait()
         return snapshot
 
-    async def _apply(self, snapshot: PredictionResponse) -> RowMapping | bool | None:
-        """Apply one snapshot. Returns the terminal row, True if fenced out, None to go on."""
+    async def _apply(self, snapshot: PredictionResponse) -> Outcome | bool | None:
+        """Apply one snapshot. Returns the run's outcome once it ended, True if fenced out,
+        None to go on."""
         reported = RunnerTimes.from_metrics(snapshot.metrics).with_start(self._start_times)
         times = self._seen.bound(reported)
         starts = snapshot.status is RunnerStatus.PROCESSING or (
@@ -363,8 +362,7 @@ class Execution:
         if self.tracker.refused is not None and not snapshot.status.is_terminal:
             # Output or logs it cannot keep (past a cap, or unstorable): stop the run.
             await self._cancel_on_runner()
-            row = await self.tracker.finish(Status.FAILED, error=self.tracker.refused, times=times)
-            return row if row is not None else True
+            return Outcome(Status.FAILED, error=self.tracker.refused, times=times)
         if not snapshot.status.is_terminal:
             return None
         status = _TERMINAL[snapshot.status]
@@ -381,10 +379,7 @@ class Execution:
                 output = await self.on_success(output)
             except OutputRefused as refused:
                 status, error = Status.FAILED, str(refused)
-        row = await self.tracker.finish(
-            status, output=output, logs=snapshot.logs, error=error, times=times
-        )
-        return row if row is not None else True
+        return Outcome(status, output=output, logs=snapshot.logs, error=error, times=times)
 
     async def _cancel_on_runner(self) -> None:
         try:

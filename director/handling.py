@@ -9,7 +9,6 @@ too (:class:`UnrecordableResult`) dead-letters the entry rather than offering it
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -22,14 +21,14 @@ from director.attempts import Attempt
 from director.claims import Claimed, Claims, Verdict, attach
 from director.deployment import ServedDeployment
 from director.execution import Execution
+from director.jobs import PREDICTIONS, JobKind
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
-from director.outcomes import SuccessHook
+from director.outcomes import Outcome, record
 from director.output_files import OutputStore
 from director.reclaim import Reclaimer
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings
-from director.trainings import TrainingResults
 from protocol.client import RunnerClient
 from protocol.feed import SnapshotFeed
 from tracker.ledger import Ledger
@@ -43,10 +42,6 @@ INTERRUPTED = (
     "prediction interrupted: its run was lost before it finished (the director or the runner "
     "running it stopped); it is safe to retry"
 )
-
-
-#: Runs a training may start: one lost with its director is run again.
-TRAINING_RUNS = 3
 
 
 class AttemptHandler:
@@ -65,7 +60,7 @@ class AttemptHandler:
         on_cancel_ignored: Callable[[], None],
         metrics: DirectorMetrics,
         output: OutputStore | None = None,
-        trainings: TrainingResults | None = None,
+        job: JobKind = PREDICTIONS,
     ) -> None:
         self.settings = settings
         self.deployment = deployment
@@ -80,8 +75,8 @@ class AttemptHandler:
         self.metrics = metrics
         #: Where output files go; None: the runner sends them inline, as data URLs.
         self.output = output
-        #: What a training's success makes (a director of ``job_kind`` training).
-        self.trainings = trainings
+        #: What this director runs: predictions, or a trainer's trainings.
+        self.job = job
         self.caps = Caps(settings.max_output_bytes, settings.max_log_bytes)
         self.backoff = StartBackoff(
             initial=settings.start_backoff_initial,
@@ -123,8 +118,7 @@ class AttemptHandler:
         if entry.deliveries > self.settings.max_deliveries:
             return await self._dead_letter(attempt, row, publishing)
         if row["cancel_requested"] or attempt.cancel.is_set():
-            tracker = self._tracker(row, publishing)
-            return await self._settled(tracker, await tracker.finish(Status.CANCELED))
+            return await self._end(self._tracker(row, publishing), Outcome(Status.CANCELED))
         if row["status"] != Status.PROCESSING.value:
             return await self._execute(attempt, self._tracker(row, publishing), row)
         return await self._left_running(attempt, row, publishing)
@@ -142,14 +136,10 @@ class AttemptHandler:
         if feed is not None:
             tracker = self._tracker(row, publishing, Lifecycle.resumed())
             return await self._execute(attempt, tracker, row, feed)
-        runs = self.deployment.max_attempts
-        if row["kind"] == "training":  # a director's death costs a training one more run
-            runs = max(runs, TRAINING_RUNS)
-        rerun = await self.claims.rerun(row, runs)
+        rerun = await self.claims.rerun(row, self.job.runs(self.deployment.max_attempts))
         if rerun is None:
-            tracker = self._tracker(row, publishing)
-            failed = await tracker.finish(Status.FAILED, error=INTERRUPTED)
-            return await self._settled(tracker, failed)
+            interrupted = Outcome(Status.FAILED, error=INTERRUPTED)
+            return await self._end(self._tracker(row, publishing), interrupted)
         if not isinstance(rerun, Claimed):
             return rerun is Verdict.DROP
         tracker = self._tracker(rerun.row, publishing, Lifecycle.rerun())
@@ -185,7 +175,7 @@ class AttemptHandler:
         """Run the prediction, or with ``feed`` follow the run already under way."""
         deadline = row["deadline"]
         if feed is None and deadline is not None and deadline <= datetime.now(UTC):
-            return await self._settled(tracker, await tracker.finish(Status.ABORTED))
+            return await self._end(tracker, Outcome(Status.ABORTED))
         cancel_in = (deadline - datetime.now(UTC)).total_seconds() if deadline else None
         webhook = self.webhook_url(attempt)
         keeper = None
@@ -206,52 +196,37 @@ class AttemptHandler:
             metrics=self.metrics,
             output_file_prefix=self._files_url(webhook),
             keeper=keeper,
-            on_success=self._on_success(row),
-            runner_id=self._runner_id(row),
+            on_success=self.job.on_success(row),
+            runner_id=self.job.runner_id(row),
         )
         if feed is not None:  # a deadline already past cancels it on the runner at once
-            return await self._settled(tracker, await execution.resume(feed))
+            return await self._end(tracker, await execution.resume(feed))
         input = row["input"]
         if self.output is not None:
             input, gone = await self.output.runner_input(row["account_id"], input)
             if gone is not None:
-                error = f"Invalid input: {gone}"
-                return await self._settled(
-                    tracker, await tracker.finish(Status.FAILED, error=error)
+                return await self._end(
+                    tracker, Outcome(Status.FAILED, error=f"Invalid input: {gone}")
                 )
-        return await self._settled(tracker, await execution.run(input))
-
-    @staticmethod
-    def _runner_id(row: RowMapping) -> str | None:
-        """A training's run is known to the trainer by its attempt: a stock Cog trainer keeps
-        a dead director's run going, and would take a new run under the same id for that one
-        (it merges a PUT of an id it runs), whose webhooks go to the dead director."""
-        return f"{row['id']}-{row['attempt']}" if row["kind"] == "training" else None
-
-    def _on_success(self, row: RowMapping) -> SuccessHook | None:
-        """A training's: its weights kept, its destination's new version made."""
-        if self.trainings is None or row["kind"] != "training":
-            return None
-        return functools.partial(self.trainings.publish, row)
+        return await self._end(tracker, await execution.run(input))
 
     async def _dead_letter(self, attempt: Attempt, row: RowMapping, publishing: Publishing) -> bool:
         entry = attempt.entry
         reason = f"delivered {entry.deliveries} times without finishing"
-        tracker = self._tracker(row, publishing)
-        failed = await tracker.finish(
-            Status.FAILED,
-            error=f"prediction could not be run: {reason} (moved to the dead-letter queue)",
-        )
-        if not await self._settled(tracker, failed):
+        error = f"prediction could not be run: {reason} (moved to the dead-letter queue)"
+        if not await self._end(self._tracker(row, publishing), Outcome(Status.FAILED, error=error)):
             return False  # another attempt owns it now: its entry is not poison for it
         await self.reclaimer.dead_letter(entry, reason)
         self.metrics.dead_lettered.inc()
         log.warning("dead-lettered %s from %s: %s", entry.prediction_id, entry.stream, reason)
         return False  # already removed from the stream
 
-    async def _settled(self, tracker: AttemptTracker, written: RowMapping | None) -> bool:
-        """Whether the entry may be acknowledged: this attempt wrote a terminal state, or it
-        was fenced out and the prediction is terminal anyway."""
+    async def _end(self, tracker: AttemptTracker, decided: Outcome | None) -> bool:
+        """The one exit of an attempt: the terminal write of what it decided (nothing when it
+        was fenced out before deciding), then its tracker closed. Whether the entry may be
+        acknowledged: this attempt wrote a terminal state, or it was fenced out and the
+        prediction is terminal anyway."""
+        written = await record(tracker, decided) if decided is not None else None
         await tracker.close()
         if written is not None:
             log.info(

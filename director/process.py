@@ -29,6 +29,7 @@ from director.drivers import DeploymentDriver, DeploymentDrivers
 from director.fleet_member import fleet_member
 from director.handling import AttemptHandler
 from director.intake import Intake
+from director.jobs import PREDICTIONS, JobKind, Trainings
 from director.leases import Heartbeats, Takeover
 from director.metrics import DirectorMetrics
 from director.outbound import Outbound
@@ -88,14 +89,14 @@ def build_director(
     webhook_url: Callable[[Attempt], str],
     metrics: DirectorMetrics,
     output: OutputStore | None = None,
-    trainings: TrainingResults | None = None,
+    job: JobKind = PREDICTIONS,
 ) -> Director:
     """A director and its parts. ``served``: each deployment with its runner (and pool slot
     model), in the order given. ``ledger``: the process's way into prediction rows.
     ``webhook_url(attempt)``: where the runner sends that claimed attempt's snapshots (the
     receiver, which shares ``attempts``; the URL holds the attempt's secret). ``output``: where
-    output files go (None: runners send them inline). ``trainings``: what a training's success
-    makes (a director of ``job_kind`` training)."""
+    output files go (None: runners send them inline). ``job``: what it runs, predictions or (a
+    director of ``job_kind`` training) trainings."""
     queue = Queue(redis)
     reclaimer = Reclaimer(queue, consumer)
     heartbeats = Heartbeats(
@@ -124,7 +125,7 @@ def build_director(
                 suspicion,
                 metrics,
                 output,
-                trainings,
+                job,
             )
             for d, runner, model in served
         ]
@@ -194,7 +195,7 @@ def _lane(
     suspicion: Suspicion,
     metrics: DirectorMetrics,
     output: OutputStore | None,
-    trainings: TrainingResults | None,
+    job: JobKind,
 ) -> DeploymentDriver:
     monitor = RunnerMonitor(runner, settings.runner_check_interval, settings.runner_check_failures)
     handler = AttemptHandler(
@@ -210,7 +211,7 @@ def _lane(
         on_cancel_ignored=functools.partial(suspicion.ignored_cancel, monitor),
         metrics=metrics,
         output=output,
-        trainings=trainings,
+        job=job,
     )
     return DeploymentDriver(deployment, runner, monitor, handler, model)
 
@@ -351,10 +352,10 @@ async def serve(settings: DirectorSettings) -> None:
             webhook_url=receiver.webhook_url,
             metrics=metrics,
             output=output,
-            trainings=(
-                TrainingResults(engine, files, CatalogGeneration(redis))
+            job=(
+                Trainings(TrainingResults(engine, files, CatalogGeneration(redis)))
                 if settings.job_kind == "training"
-                else None
+                else PREDICTIONS
             ),
         )
         receiver.probes = Probes(

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from protocol import PredictionResponse, RunnerStatus
+from protocol import PredictionResponse
 from tracker.events import done_data, output_text
 
 
@@ -54,7 +54,3 @@ class SnapshotEvents:
             events.append(self._event("error", orjson.dumps({"detail": error}).decode()))
         events.append(self._event("done", done_data(status)))
         return events
-
-
-def final_status(snapshot: PredictionResponse | None) -> RunnerStatus | None:
-    return snapshot.status if snapshot is not None and snapshot.status.is_terminal else None

@@ -25,21 +25,3 @@ class Fence(Protocol):
     async def held(self) -> bool:
         """Whether this attempt may still publish, renewing the hold first when it is stale."""
         ...
-
-
-class Unfenced:
-    """The fence of a caller that owns its prediction outright (tools, tests): lost only when
-    a fenced write says so."""
-
-    def __init__(self) -> None:
-        self._lost = False
-
-    @property
-    def lost(self) -> bool:
-        return self._lost
-
-    def revoke(self, why: str) -> None:
-        self._lost = True
-
-    async def held(self) -> bool:
-        return not self._lost

@@ -67,9 +67,6 @@ class MemoryLedger:
         held = self._leases.get(model)
         return held.per_device if held and device in held.devices else 0
 
-    def over_budget(self) -> list[int]:
-        return [d for d in self.budgets if self.used(d) > self.budgets[d]]
-
     # --- pins -----------------------------------------------------------------------------
 
     def home(self, model: str) -> MemoryLease | None:

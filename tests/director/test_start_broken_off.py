@@ -22,11 +22,11 @@ from director.queue import Entry
 from director.runner_monitor import RunnerMonitor
 from protocol.client import RunnerClient, without_resends
 from protocol.errors import NoAnswer
+from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
 from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog
-from tracker.fence import Unfenced
 from tracker.render import PredictionLinks
 from tracker.tracker import AttemptTracker, Publishing
 

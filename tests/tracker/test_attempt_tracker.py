@@ -18,15 +18,16 @@ from director.attempts import Attempt
 from director.execution import RERUN_AFTER_OUTPUT, Execution
 from director.leases import Lease
 from director.metrics import DirectorMetrics
+from director.outcomes import record
 from director.queue import Entry
 from director.runner_monitor import RunnerMonitor
 from protocol.client import RunnerClient
+from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
 from tests.fixtures.waiting import apace
 from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
-from tracker.fence import Unfenced
 from tracker.render import PredictionLinks
 from tracker.tracker import AttemptTracker, Publishing
 
@@ -184,7 +185,8 @@ async def _rerun(engine: AsyncEngine, pid: str, events: EventLog) -> RowMapping 
             metrics=DirectorMetrics(),
         )
         try:
-            return await execution.run({})
+            decided = await execution.run({})
+            return await record(tracker, decided) if decided is not None else None
         finally:
             await tracker.close()
 

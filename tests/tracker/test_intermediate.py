@@ -15,8 +15,9 @@ from aiohttp.test_utils import TestServer
 
 from core.ids import new_webhook_secret
 from core.ssrf import parse_cidrs
+from tests.fixtures.fences import Unfenced
 from tests.fixtures.waiting import apace
-from tracker.fence import Fence, Unfenced
+from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender, SendSlots
 from tracker.webhooks import WebhookPolicy, open_session, post
 

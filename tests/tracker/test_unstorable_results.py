@@ -18,11 +18,11 @@ from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from core.transient import TRANSIENT, persistently
+from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
 from tracker import store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
-from tracker.fence import Unfenced
 from tracker.render import PredictionLinks
 from tracker.run_output import Caps
 from tracker.states import Status

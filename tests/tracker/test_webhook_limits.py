@@ -25,13 +25,13 @@ from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from core.ids import new_webhook_secret
 from core.ssrf import parse_cidrs
+from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import new_predictions
 from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import until
 from tracker import store
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
-from tracker.fence import Unfenced
 from tracker.intermediate import IntermediateSender, SendSlots
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import RESPONSE_LIMIT, DeliveryFailed, WebhookPolicy, open_session, post
