@@ -19,7 +19,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, unkept_reason
+from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, DataUrls, unkept_reason
 from tracker.files.links import delivery_file_id
 
 __all__ = [
@@ -55,14 +55,11 @@ class OutputFiles(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class OutputStore:
-    """Where this director keeps output files, and how large a data URL may stay inline."""
+class OutputStore(DataUrls):
+    """Where this director keeps output files and how large a data URL may stay inline (as
+    for any run's), and how a prediction's input files reach its runner."""
 
     files: OutputFiles
-    inline_max: int
-
-    def keeper(self, account_id: int, prediction_id: str) -> DataUrlKeeper:
-        return DataUrlKeeper(self.files, account_id, prediction_id, self.inline_max)
 
     async def runner_input(self, account_id: int, input: dict[str, Any]) -> tuple[Any, str | None]:
         """``input`` as the runner gets it: each file reference (``/v1/files/{id}``) a signed

@@ -146,6 +146,11 @@ def dead_letter_stream(stream: str) -> str:
     return f"{DEAD_PREFIX}{{{parsed.deployable}}}:{parsed.shard}"
 
 
+def is_dead_letter_stream(key: str) -> bool:
+    """Whether ``key`` names a dead-letter stream (:func:`dead_letter_stream`)."""
+    return key.startswith(DEAD_PREFIX)
+
+
 #: Hash tags event streams share in a Redis Cluster: an api holds one blocking reader per tag
 #: it has waiters on, and event writes spread over this many slots. Every process of a
 #: deployment must agree on it, so it is a constant.

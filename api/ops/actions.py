@@ -31,6 +31,7 @@ from api.ops.filters import PredictionFilter
 from api.ops.reads import PageKey
 from core.ids import new_prediction_id
 from director.submit import enqueue_stored
+from tracker.keys import is_dead_letter_stream
 from tracker.render import PredictionLinks
 from tracker.states import TERMINAL, UNFINISHED
 
@@ -233,7 +234,7 @@ async def unfinished_bulk(engine: AsyncEngine) -> list[int]:
 
 
 async def discard_dead(resources: Resources, operator: int, stream: str, entry_id: str) -> None:
-    if not stream.startswith("dead:"):
+    if not is_dead_letter_stream(stream):
         raise Refused(f"{stream!r} is not a dead-letter stream.")
     await resources.redis.xdel(stream, entry_id)
     async with resources.engine.begin() as conn:
