@@ -3,7 +3,8 @@
 Settings classes are found in the process's packages (every ``BaseSettings`` subclass), and a
 class's variables follow pydantic-settings' rules: ``env_prefix`` + field name, or the
 field's validation aliases instead (every choice of an ``AliasChoices``, the head of an
-``AliasPath``), plus the prefixed name again when the class also validates by name. The
+``AliasPath``), plus the prefixed name again when the class also validates by name (unless
+its environment source reads aliases alone: ``ENV_BY_ALIAS_ONLY``). The
 settings reference (``conduit.settings_doc``) and the tests of ``.env.example`` and of the
 deployment kits read them from here; ``tests/deploy/settings_env.py`` proves the rule against
 pydantic-settings itself.
@@ -76,6 +77,8 @@ def field_env_names(settings: type[BaseSettings], field_name: str, field: FieldI
     prefix = config.get("env_prefix", "")
     prefix_aliases = config.get("env_prefix_target", "variable") in ("alias", "all")
     by_name = bool(config.get("populate_by_name") or config.get("validate_by_name"))
+    if getattr(settings, "ENV_BY_ALIAS_ONLY", False):
+        by_name = False  # its environment source reads aliases alone (``runners.config``)
     aliases = _alias_heads(field.validation_alias)
     names = [prefix + alias if prefix_aliases else alias for alias in aliases]
     if not aliases or by_name:

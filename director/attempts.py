@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from director.leases import Lease
 from director.queue import Entry
-from protocol import PredictionResponse
+from protocol.documents import PredictionResponse
 
 #: Why no snapshot came: a cancel, the limit, nothing within the wait, output not kept.
 Interruption = Literal["cancel", "limit", "quiet", "unkept"]

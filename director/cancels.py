@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from core.transient import TRANSIENT
 from director.attempts import Attempts
 from director.runner_monitor import RunnerMonitor
-from protocol import HealthStatus
+from protocol.values import HealthStatus
 from tracker import keys
 
 log = logging.getLogger(__name__)

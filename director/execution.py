@@ -38,8 +38,8 @@ from director.observed import Observed
 from director.outcomes import Outcome, OutputRefused, SuccessHook
 from director.output_files import SAVE_ERRORS, DataUrlKeeper, unkept_reason
 from director.runner_monitor import RunnerMonitor
-from protocol import PredictionResponse, Priority, RunnerStatus
 from protocol.client import RunnerClient
+from protocol.documents import PredictionResponse
 from protocol.errors import (
     CannotServe,
     InputRejected,
@@ -50,6 +50,7 @@ from protocol.errors import (
 )
 from protocol.feed import SnapshotFeed
 from protocol.timings import RunnerTimes
+from protocol.values import Priority, RunnerStatus
 from tracker.batch_writes import ran
 from tracker.states import Status
 from tracker.tracker import AttemptTracker

@@ -10,8 +10,8 @@ from typing import Any
 
 import aiohttp
 
-import protocol as wire
 from core.unreachable import UNREACHABLE
+from protocol.paths import CAPABILITIES_PATH
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def loaded_models(document: Any) -> frozenset[str]:
 
 class PoolSlots:
     def __init__(self, pool_url: str, session: aiohttp.ClientSession, auth: dict[str, str]) -> None:
-        self.url = f"{pool_url.rstrip('/')}{wire.CAPABILITIES_PATH}"
+        self.url = f"{pool_url.rstrip('/')}{CAPABILITIES_PATH}"
         self.session = session
         self.auth = auth
         #: Models loaded at the last read; none while the pool does not answer (then no model

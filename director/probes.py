@@ -19,8 +19,8 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-import protocol as wire
 from director.director import Director
+from protocol.paths import HEALTH_PATH
 
 #: Seconds each backend gets to answer a readiness probe: under kubelet's usual 3 s timeout.
 CHECK_TIMEOUT = 2.0
@@ -97,7 +97,7 @@ class Probes:
     async def _health(self, base_url: str) -> str:
         try:
             async with self.session.get(
-                f"{base_url}{wire.HEALTH_PATH}",
+                f"{base_url}{HEALTH_PATH}",
                 timeout=aiohttp.ClientTimeout(total=CHECK_TIMEOUT),
                 allow_redirects=False,
             ) as response:

@@ -57,7 +57,7 @@ from director.metrics import DirectorMetrics
 from director.output_files import SAVE_ERRORS, OutputStore, save_once, unkept_reason
 from director.snapshot_files import FileStart, ScanError, SnapshotScanner
 from director.webhook_body import BodyTooLarge, Reading, reduced_snapshot
-from protocol import PredictionResponse
+from protocol.documents import PredictionResponse
 from tracker.files.store import TooLarge
 
 log = logging.getLogger(__name__)

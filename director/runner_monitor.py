@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 
 from core.periodic import Periodic
-from protocol import HealthStatus
 from protocol.capabilities import STOCK_COG, Capabilities
 from protocol.client import RunnerClient
+from protocol.values import HealthStatus
 from tracker.fleet import RunnerState
 
 log = logging.getLogger(__name__)

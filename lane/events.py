@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass
 
 from core.shell import ArmTimer, Tick
-from protocol import Priority
+from protocol.values import Priority
 
 
 class Outcome(enum.StrEnum):

@@ -8,7 +8,8 @@ An output file that cannot be stored fails the run with the reason
 
 from __future__ import annotations
 
-from protocol import PredictionResponse, RunnerStatus
+from protocol.documents import PredictionResponse
+from protocol.values import RunnerStatus
 from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, DataUrls, unkept_reason
 
 

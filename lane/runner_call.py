@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lane.events import Outcome
-from protocol import PredictionResponse, RunnerStatus
 from protocol.answers import Verdict
 from protocol.client import RunAnswer, RunnerClient
+from protocol.documents import PredictionResponse
 from protocol.feed import SnapshotFeed
 from protocol.timings import RunnerTiming
+from protocol.values import RunnerStatus
 
 log = logging.getLogger(__name__)
 

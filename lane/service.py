@@ -27,8 +27,8 @@ from lane.request import RunRequest, RunResult
 from lane.settings import LaneSettings
 from lane.shell import LaneShell
 from lane.supply import LaneSupply
-from protocol import Priority
 from protocol.client import RunnerClient
+from protocol.values import Priority
 from tracker.fleet import FleetEntry, FleetView
 
 

@@ -28,8 +28,8 @@ from lane.outputs import OutputNotKept, RunOutputs, failed
 from lane.request import Finished, Left, RunRequest, RunResult, Streamed, StreamEvent
 from lane.runner_call import Answer
 from lane.stream_events import SnapshotEvents
-from protocol import PredictionResponse
 from protocol.capabilities import UNKNOWN_HARDWARE
+from protocol.documents import PredictionResponse
 from protocol.timings import RunnerTimes, decimal_seconds
 from tracker.batch_writes import SyncRun
 from tracker.render import storable_text

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from protocol import PredictionResponse
+from protocol.documents import PredictionResponse
 from tracker.events import done_data, output_text
 
 

@@ -42,7 +42,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from protocol import CONTENT_TYPE, PROBLEM_JSON, RETRY_AFTER, DeadlineCode, ErrorCode, PoolCode
+from protocol.headers import CONTENT_TYPE, PROBLEM_JSON, RETRY_AFTER
+from protocol.values import DeadlineCode, ErrorCode, PoolCode
 
 
 class Verdict(enum.StrEnum):

@@ -7,7 +7,7 @@ from typing import Any, Final
 
 import pydantic
 
-from protocol import CapabilitiesDocument
+from protocol.documents import CapabilitiesDocument
 
 #: ``hardware`` of a runner that did not say what it runs on (a stock Cog server).
 UNKNOWN_HARDWARE: Final = "runner"
@@ -15,8 +15,9 @@ UNKNOWN_HARDWARE: Final = "runner"
 
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a runner says about itself (read through :class:`protocol.CapabilitiesDocument`);
-    a stock Cog server says nothing, and is ``kind="cog"`` on unknown hardware."""
+    """What a runner says about itself (read through
+    :class:`protocol.documents.CapabilitiesDocument`); a stock Cog server says nothing, and is
+    ``kind="cog"`` on unknown hardware."""
 
     kind: str = "cog"
     id: str | None = None

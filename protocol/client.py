@@ -31,14 +31,39 @@ import aiohttp
 import orjson
 import pydantic
 
-import protocol as wire
 from core.unreachable import UNREACHABLE
-from protocol import HealthCheck, PredictionResponse, Priority
 from protocol.answers import Reading, Verdict, read, unreachable
 from protocol.capabilities import STOCK_COG, Capabilities
+from protocol.documents import HealthCheck, PredictionRequest, PredictionResponse
 from protocol.errors import NoAnswer, NotRunning, RunnerError, error_for
 from protocol.feed import SnapshotFeed
+from protocol.headers import (
+    ACCEPT,
+    ATTACH,
+    CONTENT_TYPE,
+    DEADLINE,
+    IF_MATCH,
+    JSON,
+    LOAD_TIME,
+    NDJSON,
+    POOL_QUEUE_WAIT,
+    PREFER,
+    PRIORITY,
+    RESPOND_ASYNC,
+    TENANT_ID,
+    bearer,
+)
+from protocol.paths import (
+    CANCEL_PATH,
+    CAPABILITIES_PATH,
+    HEALTH_CHECK_PATH,
+    PREDICTION_PATH,
+    PREDICTIONS_PATH,
+    TRAINING_CANCEL_PATH,
+    TRAINING_PATH,
+)
 from protocol.timings import RunnerTimes, RunnerTiming
+from protocol.values import Priority
 
 log = logging.getLogger(__name__)
 #: A snapshot stream lasts as long as its prediction: only connecting is bounded here.
@@ -105,10 +130,10 @@ class RunnerClient:
         rather than ``/predictions``; the protocol is the same."""
         self.base_url = base_url.rstrip("/")
         self.session = session
-        self._one_path = wire.TRAINING_PATH if trainings else wire.PREDICTION_PATH
-        self._cancel_path = wire.TRAINING_CANCEL_PATH if trainings else wire.CANCEL_PATH
+        self._one_path = TRAINING_PATH if trainings else PREDICTION_PATH
+        self._cancel_path = TRAINING_CANCEL_PATH if trainings else CANCEL_PATH
         #: Headers on every call: the runner token, when there is one.
-        self.auth: dict[str, str] = wire.bearer(token) if token else {}
+        self.auth: dict[str, str] = bearer(token) if token else {}
 
     async def start(
         self,
@@ -136,7 +161,7 @@ class RunnerClient:
         ``OutOfTime`` or ``CannotServe`` when a model pool cannot run it.
         ``output_file_prefix``: where the runner PUTs the prediction's output files.
         """
-        extra = {} if deadline is None else {wire.DEADLINE: f"{max(0.0, deadline):.3f}"}
+        extra = {} if deadline is None else {DEADLINE: f"{max(0.0, deadline):.3f}"}
         return await self._put(
             prediction_id, input, webhook, tenant, priority, extra, output_file_prefix
         )
@@ -164,7 +189,7 @@ class RunnerClient:
                 webhook,
                 tenant,
                 priority,
-                {wire.IF_MATCH: wire.ATTACH},
+                {IF_MATCH: ATTACH},
                 output_file_prefix,
             )
             return accepted.feed
@@ -182,16 +207,16 @@ class RunnerClient:
         output_file_prefix: str | None = None,
     ) -> Accepted:
         headers = {
-            wire.PREFER: wire.RESPOND_ASYNC,
-            wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}",
-            wire.PRIORITY: priority,
+            PREFER: RESPOND_ASYNC,
+            ACCEPT: f"{NDJSON}, {JSON}",
+            PRIORITY: priority,
             **extra_headers,
             **self.auth,
         }
         if tenant is not None:
-            headers[wire.TENANT_ID] = tenant
+            headers[TENANT_ID] = tenant
         # Every webhook event (the default): the director decides what reaches the client.
-        request = wire.PredictionRequest(
+        request = PredictionRequest(
             id=prediction_id, input=input, webhook=webhook, output_file_prefix=output_file_prefix
         )
         left_out = {"context"} if output_file_prefix else {"context", "output_file_prefix"}
@@ -203,10 +228,10 @@ class RunnerClient:
                     url, json=body, headers=headers, timeout=_STREAM_TIMEOUT, allow_redirects=False
                 )
                 times = RunnerTimes.from_start(
-                    response.headers.get(wire.LOAD_TIME),
-                    response.headers.get(wire.POOL_QUEUE_WAIT),
+                    response.headers.get(LOAD_TIME),
+                    response.headers.get(POOL_QUEUE_WAIT),
                 )
-                if response.status == 200 and response.content_type == wire.NDJSON:
+                if response.status == 200 and response.content_type == NDJSON:
                     return Accepted(SnapshotFeed(response), times)
                 try:
                     text = await response.text()
@@ -231,16 +256,16 @@ class RunnerClient:
         ``orjson.Fragment``. Never raises for what the runner answers (or fails to): the
         answer's verdict says it. A returned ``feed`` must be closed by the caller."""
         headers = {
-            wire.CONTENT_TYPE: wire.JSON,
-            wire.ACCEPT: f"{wire.NDJSON}, {wire.JSON}" if stream else wire.JSON,
-            wire.TENANT_ID: tenant,
-            wire.PRIORITY: priority,
+            CONTENT_TYPE: JSON,
+            ACCEPT: f"{NDJSON}, {JSON}" if stream else JSON,
+            TENANT_ID: tenant,
+            PRIORITY: priority,
             **self.auth,
         }
         body = orjson.dumps({"id": prediction_id, "input": input})
         try:
             response = await self.session.post(
-                self.base_url + wire.PREDICTIONS_PATH,
+                self.base_url + PREDICTIONS_PATH,
                 data=body,
                 headers=headers,
                 timeout=_RUN_TIMEOUT,
@@ -249,7 +274,7 @@ class RunnerClient:
         except UNREACHABLE as error:
             return RunAnswer(unreachable(f"runner unreachable: {error!r}"))
         timing = RunnerTiming.from_headers(response.headers)
-        if response.status == 200 and response.content_type == wire.NDJSON:
+        if response.status == 200 and response.content_type == NDJSON:
             return RunAnswer(
                 read(200, response.headers, ""), feed=SnapshotFeed(response), timing=timing
             )
@@ -281,7 +306,7 @@ class RunnerClient:
         """The runner's ``/health-check`` document; None when it cannot be had."""
         try:
             async with self.session.get(
-                f"{self.base_url}{wire.HEALTH_CHECK_PATH}",
+                f"{self.base_url}{HEALTH_CHECK_PATH}",
                 headers=self.auth,
                 timeout=aiohttp.ClientTimeout(total=5),
                 allow_redirects=False,
@@ -323,7 +348,7 @@ class RunnerClient:
         that is not JSON); None when the runner cannot be reached."""
         try:
             async with self.session.get(
-                f"{self.base_url}{wire.CAPABILITIES_PATH}",
+                f"{self.base_url}{CAPABILITIES_PATH}",
                 headers=self.auth,
                 timeout=aiohttp.ClientTimeout(total=5),
                 allow_redirects=False,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from protocol import DeadlineCode
 from protocol.answers import Reading, Refusal, Verdict
+from protocol.values import DeadlineCode
 
 
 class RunnerError(Exception):
@@ -113,7 +113,7 @@ class InputRejected(Exception):
 
 
 class OutOfTime(Exception):
-    """A model pool refused the start for its deadline (:class:`protocol.DeadlineCode`): the
+    """A model pool refused the start for its deadline (:class:`protocol.values.DeadlineCode`): the
     model's load and run take longer than the time left, or the time ran out while it waited
     for the load. Offering it again cannot help: the prediction ends."""
 

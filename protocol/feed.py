@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from protocol import PredictionResponse
+from protocol.documents import PredictionResponse
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The runner API spec's lifecycle calls (load, unload, cache flush) and ``GET /health``:
 the request documents a runner reads and the answers it sends, by the spec's names.
 
-Each request carries the ``verifiedOpToken`` of its operation (:class:`protocol.Operation`);
+Each request carries the ``verifiedOpToken`` of its operation (:class:`protocol.values.Operation`);
 :class:`OpTokenEnvelope` is that token's JSON before encoding (:mod:`runners.optokens`).
 """
 
@@ -12,7 +12,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from protocol import FlushScope, Operation, QueueBounds, RunnerHealth, _Document
+from protocol.documents import QueueBounds, _Document
+from protocol.values import FlushScope, Operation, RunnerHealth
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 

@@ -2,10 +2,11 @@
 
 Two sources. A run's snapshots carry ``metrics`` (``predict_time``, Cog's; ``queue_wait_time``
 and ``gpu_time``, Conduit's), and a model pool host answers a start with how long it held it
-(:data:`protocol.LOAD_TIME`, :data:`protocol.POOL_QUEUE_WAIT`): :class:`RunnerTimes`, which the
-tracker records and bills. Every prediction answer also carries timing headers
-(:data:`protocol.QUEUE_WAIT_MS`, :data:`protocol.PROCESSING_TIME`, and the figures a caller
-passes on as they are): :class:`RunnerTiming`, which the synchronous lane reports.
+(:data:`protocol.headers.LOAD_TIME`, :data:`protocol.headers.POOL_QUEUE_WAIT`):
+:class:`RunnerTimes`, which the tracker records and bills. Every prediction answer also carries
+timing headers (:data:`protocol.headers.QUEUE_WAIT_MS`, :data:`protocol.headers.PROCESSING_TIME`,
+and the figures a caller passes on as they are): :class:`RunnerTiming`, which the synchronous
+lane reports.
 """
 
 from __future__ import annotations
@@ -15,7 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from protocol import CACHE_HIT, CACHE_TOKENS_REUSED, GPU_TIME_MS, PROCESSING_TIME, QUEUE_WAIT_MS
+from protocol.headers import (
+    CACHE_HIT,
+    CACHE_TOKENS_REUSED,
+    GPU_TIME_MS,
+    PROCESSING_TIME,
+    QUEUE_WAIT_MS,
+)
 
 #: The runner's figures a caller passes on to its own client as they are.
 FORWARDED: Final = (GPU_TIME_MS, CACHE_HIT, CACHE_TOKENS_REUSED)

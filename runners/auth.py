@@ -27,7 +27,8 @@ from collections.abc import Awaitable, Callable, Collection
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from protocol import AUTHORIZATION, PROBE_PATHS, USER_AGENT
+from protocol.headers import AUTHORIZATION, USER_AGENT
+from protocol.paths import PROBE_PATHS
 from runners.errors import InternalOnlyError, UnauthorizedError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

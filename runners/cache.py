@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from protocol import FlushScope
+from protocol.values import FlushScope
 
 
 class CacheMode(StrEnum):

@@ -14,18 +14,16 @@ import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from protocol import (
+from protocol.documents import (
     CapabilitiesDocument,
     Features,
-    FlushScope,
     GpuResources,
     LoadedModel,
     LoadingModel,
     ModelInventory,
-    Priority,
     QueueState,
-    RunnerHealth,
 )
+from protocol.values import FlushScope, Priority, RunnerHealth
 from runners import COG_VERSION
 from runners.cache import CacheMode
 from runners.resources import MIB, CpuMeter, Device, gpu_resources, host_resources

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import ipaddress
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -56,6 +56,8 @@ class RunnerConfig(BaseSettings):
         hide_input_in_errors=True,
         env_ignore_empty=True,
     )
+    #: Read by ``conduit.settings_catalog``: the environment names a field by its alias alone.
+    ENV_BY_ALIAS_ONLY: ClassVar[bool] = True
 
     throttle_interval: float = Field(0.5, validation_alias="COG_THROTTLE_RESPONSE_INTERVAL")
     """Minimum seconds between ``logs`` webhooks."""

@@ -31,8 +31,19 @@ import pydantic
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-import protocol as wire
+from protocol.headers import CONTENT_TYPE, JSON, LOCATION
 from protocol.lifecycle import FlushRequest, LifecycleRequest, LoadRequest, UnloadRequest
+from protocol.paths import (
+    CACHE_FLUSH_PATH,
+    CAPABILITIES_PATH,
+    HEALTH_PATH,
+    LOAD_PATH,
+    LOAD_TASK_PATH,
+    METRICS_PATH,
+    PROBE_PATHS,
+    UNLOAD_PATH,
+)
+from protocol.values import FlushScope, Operation
 from runners.auth import protect
 from runners.config import RunnerConfig
 from runners.control_errors import (
@@ -57,7 +68,7 @@ _Body = TypeVar("_Body", LoadRequest, UnloadRequest, FlushRequest)
 
 
 def _json(payload: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(payload), status=status, content_type=wire.JSON)
+    return web.Response(body=orjson.dumps(payload), status=status, content_type=JSON)
 
 
 async def read_body(request: web.Request, document: type[_Body]) -> _Body:
@@ -77,7 +88,7 @@ async def read_body(request: web.Request, document: type[_Body]) -> _Body:
 
 
 async def _authorise(
-    plane: ControlPlane, body: LifecycleRequest, operation: wire.Operation, model: str
+    plane: ControlPlane, body: LifecycleRequest, operation: Operation, model: str
 ) -> None:
     verifier = plane.op_tokens
     if verifier is None:
@@ -95,10 +106,10 @@ async def capabilities(request: web.Request) -> web.Response:
 async def load_model(request: web.Request) -> web.Response:
     plane = request.app[CONTROL_PLANE]
     body = await read_body(request, LoadRequest)
-    await _authorise(plane, body, wire.Operation.MODEL_LOAD, body.model_id)
+    await _authorise(plane, body, Operation.MODEL_LOAD, body.model_id)
     task = plane.load(body.model_id, body.evict_model)
     response = _json(task.wire(), 202)
-    response.headers[wire.LOCATION] = wire.LOAD_TASK_PATH.format(task_id=task.task_id)
+    response.headers[LOCATION] = LOAD_TASK_PATH.format(task_id=task.task_id)
     return response
 
 
@@ -109,7 +120,7 @@ async def load_task(request: web.Request) -> web.Response:
 async def unload_model(request: web.Request) -> web.Response:
     plane = request.app[CONTROL_PLANE]
     body = await read_body(request, UnloadRequest)
-    await _authorise(plane, body, wire.Operation.MODEL_UNLOAD, body.model_id)
+    await _authorise(plane, body, Operation.MODEL_UNLOAD, body.model_id)
     return _json((await plane.unload(body.model_id)).wire())
 
 
@@ -117,11 +128,11 @@ async def flush_cache(request: web.Request) -> web.Response:
     plane = request.app[CONTROL_PLANE]
     body = await read_body(request, FlushRequest)
     scope, value = body.scope, body.value
-    if scope is not wire.FlushScope.ALL and value is None:
+    if scope is not FlushScope.ALL and value is None:
         field = body.value_field
         raise InvalidFieldError(field, f"{field} must be a non-empty string")
-    model = value if scope is wire.FlushScope.MODEL and value else plane.name
-    await _authorise(plane, body, wire.Operation.CACHE_FLUSH, model)
+    model = value if scope is FlushScope.MODEL and value else plane.name
+    await _authorise(plane, body, Operation.CACHE_FLUSH, model)
     return _json((await plane.flush(scope, value)).wire())
 
 
@@ -133,23 +144,21 @@ async def health(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     response = web.Response(body=request.app[CONTROL_PLANE].metrics())
-    response.headers[wire.CONTENT_TYPE] = CONTENT_TYPE_LATEST
+    response.headers[CONTENT_TYPE] = CONTENT_TYPE_LATEST
     return response
 
 
 def add_control_routes(app: web.Application) -> None:
-    app.router.add_get(wire.CAPABILITIES_PATH, capabilities)
-    app.router.add_post(wire.LOAD_PATH, load_model)
-    app.router.add_get(wire.LOAD_TASK_PATH, load_task)
-    app.router.add_post(wire.UNLOAD_PATH, unload_model)
-    app.router.add_post(wire.CACHE_FLUSH_PATH, flush_cache)
-    app.router.add_get(wire.HEALTH_PATH, health)
-    app.router.add_get(wire.METRICS_PATH, metrics)
+    app.router.add_get(CAPABILITIES_PATH, capabilities)
+    app.router.add_post(LOAD_PATH, load_model)
+    app.router.add_get(LOAD_TASK_PATH, load_task)
+    app.router.add_post(UNLOAD_PATH, unload_model)
+    app.router.add_post(CACHE_FLUSH_PATH, flush_cache)
+    app.router.add_get(HEALTH_PATH, health)
+    app.router.add_get(METRICS_PATH, metrics)
 
 
-def control_app(
-    config: RunnerConfig, probes: Collection[str] = wire.PROBE_PATHS
-) -> web.Application:
+def control_app(config: RunnerConfig, probes: Collection[str] = PROBE_PATHS) -> web.Application:
     """A host's app with the control API mounted: refusals answered as
     :mod:`runners.errors` says, the runner token (``config.token``, or loopback trust) checked
     on every route but ``probes`` (:mod:`runners.auth`), bodies with a ``Content-Encoding``

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any, Protocol
 
-from protocol import FlushScope
 from protocol.lifecycle import FlushResult, HealthDocument, LoadTask, UnloadResult
+from protocol.values import FlushScope
 from runners.config import RunnerConfig
 from runners.nonces import NonceStore, RedisNonceStore
 from runners.optokens import OpTokenVerifier

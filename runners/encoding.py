@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from protocol import CONTENT_ENCODING
+from protocol.headers import CONTENT_ENCODING
 from runners.errors import UnsupportedEncodingError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

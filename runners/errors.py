@@ -49,7 +49,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from protocol import (
+from protocol.documents import QueueFullDetail, RateLimitDetail
+from protocol.headers import (
     ACCEPT_ENCODING,
     AUTHORIZATION,
     CONTENT_ENCODING,
@@ -60,12 +61,8 @@ from protocol import (
     RATE_LIMIT_RESET,
     RETRY_AFTER,
     WWW_AUTHENTICATE,
-    DeadlineCode,
-    ErrorCode,
-    QueueFullDetail,
-    RateLimitDetail,
-    RunnerStatus,
 )
+from protocol.values import DeadlineCode, ErrorCode, RunnerStatus
 
 
 @dataclass(frozen=True)

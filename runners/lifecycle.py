@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from protocol import RunnerStatus
 from protocol import lifecycle as wire
+from protocol.values import RunnerStatus
 from runners.control_errors import LifecycleConflictError
 from runners.model import Model
 from runners.resources import MIB, process_rss

@@ -44,8 +44,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
-from protocol import Operation
 from protocol.lifecycle import OpTokenClaims, OpTokenEnvelope, wire_names
+from protocol.values import Operation
 from runners.control_errors import (
     BadSignatureError,
     InsufficientSignersError,

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from protocol import RunnerStatus, WebhookEvent
+from protocol.values import RunnerStatus, WebhookEvent
 from runners.cache import CacheView
 from runners.files import PredictionFiles
 from runners.model import Model, PredictContext

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from protocol import DEADLINE, PREFER, RESPOND_ASYNC
+from protocol.headers import DEADLINE, PREFER, RESPOND_ASYNC
 from runners.control_errors import InvalidFieldError
 
 WAIT = "wait"

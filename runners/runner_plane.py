@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from protocol import FlushScope, QueueBounds, RunnerHealth
+from protocol.documents import QueueBounds
 from protocol.lifecycle import (
     FlushResult,
     HealthDocument,
@@ -19,6 +19,7 @@ from protocol.lifecycle import (
     ModelStatus,
     UnloadResult,
 )
+from protocol.values import FlushScope, RunnerHealth
 from runners.control_errors import StartingError, StoppingError, UnknownTaskError
 from runners.control_plane import ControlPlane
 from runners.model import ModelCacheFlush

@@ -20,7 +20,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from protocol import Priority
+from protocol.values import Priority
 from runners.errors import AtCapacityError, QueueFullError
 
 __all__ = ["Priority", "Scheduler", "Ticket"]

@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import protocol as wire
+from protocol.headers import JSON
+from protocol.paths import CANCEL_PATH, HEALTH_CHECK_PATH, PREDICTIONS_PATH, ROOT_PATH
+from protocol.values import RunnerStatus
 from runners import COG_VERSION
 
 InputType = Literal["string", "integer", "number", "boolean", "file"]
@@ -23,11 +25,11 @@ InputType = Literal["string", "integer", "number", "boolean", "file"]
 local :class:`pathlib.Path` by the time the model sees it (:mod:`runners.file_inputs`)."""
 
 _COG_STATUS_ORDER = (
-    wire.RunnerStatus.STARTING,
-    wire.RunnerStatus.PROCESSING,
-    wire.RunnerStatus.SUCCEEDED,
-    wire.RunnerStatus.CANCELED,
-    wire.RunnerStatus.FAILED,
+    RunnerStatus.STARTING,
+    RunnerStatus.PROCESSING,
+    RunnerStatus.SUCCEEDED,
+    RunnerStatus.CANCELED,
+    RunnerStatus.FAILED,
 )
 """The prediction statuses in the order coglet's OpenAPI document lists them."""
 
@@ -131,7 +133,7 @@ def _json_response(
     schema: dict[str, Any] | None = None, description: str = "Successful Response"
 ) -> dict[str, Any]:
     body = {} if schema is None else schema
-    return {"description": description, "content": {wire.JSON: {"schema": body}}}
+    return {"description": description, "content": {JSON: {"schema": body}}}
 
 
 def _validation_error() -> dict[str, Any]:
@@ -205,28 +207,28 @@ def _fixed_schemas() -> dict[str, Any]:
 
 def _paths() -> dict[str, Any]:
     return {
-        wire.ROOT_PATH: {
+        ROOT_PATH: {
             "get": {
                 "summary": "Root",
                 "operationId": "root__get",
                 "responses": {"200": _json_response()},
             }
         },
-        wire.HEALTH_CHECK_PATH: {
+        HEALTH_CHECK_PATH: {
             "get": {
                 "summary": "Healthcheck",
                 "operationId": "healthcheck_health_check_get",
                 "responses": {"200": _json_response()},
             }
         },
-        wire.PREDICTIONS_PATH: {
+        PREDICTIONS_PATH: {
             "post": {
                 "summary": "Predict",
                 "description": "Run a single prediction on the model",
                 "operationId": "predict_predictions_post",
                 "requestBody": {
                     "content": {
-                        wire.JSON: {"schema": {"$ref": "#/components/schemas/PredictionRequest"}}
+                        JSON: {"schema": {"$ref": "#/components/schemas/PredictionRequest"}}
                     }
                 },
                 "responses": {
@@ -235,7 +237,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
-        wire.CANCEL_PATH.format(id="{prediction_id}"): {
+        CANCEL_PATH.format(id="{prediction_id}"): {
             "post": {
                 "summary": "Cancel",
                 "operationId": "cancel_predictions__prediction_id__cancel_post",

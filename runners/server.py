@@ -22,9 +22,36 @@ import pydantic
 from aiohttp import web
 from aiohttp.log import access_logger
 
-import protocol as wire
 from core.logs import configure_unless_configured
-from protocol import PredictionRequest, Priority
+from protocol.documents import PredictionRequest
+from protocol.headers import (
+    ACCEPT,
+    ATTACH,
+    CACHE_HIT,
+    CACHE_MODE,
+    CACHE_TAG,
+    CACHE_TOKENS_REUSED,
+    GPU_TIME_MS,
+    IF_MATCH,
+    JSON,
+    NDJSON,
+    PRIORITY,
+    PROCESSING_TIME,
+    QUEUE_WAIT_MS,
+    TENANT_ID,
+    TRACE_HEADERS,
+)
+from protocol.paths import (
+    CANCEL_PATH,
+    DOCS_PATH,
+    HEALTH_CHECK_PATH,
+    OPENAPI_PATH,
+    PREDICTION_PATH,
+    PREDICTIONS_PATH,
+    ROOT_PATH,
+    SHUTDOWN_PATH,
+)
+from protocol.values import Priority, RunnerStatus
 from runners import COG_VERSION
 from runners.auth import is_loopback_host, require_internal
 from runners.cache import CacheMode
@@ -55,20 +82,20 @@ _BEGAN = web.RequestKey("began", float)
 
 _DISCOVERY = {
     "cog_version": COG_VERSION,
-    "docs_url": wire.DOCS_PATH,
-    "healthcheck_url": wire.HEALTH_CHECK_PATH,
-    "openapi_url": wire.OPENAPI_PATH,
-    "predictions_cancel_url": wire.CANCEL_PATH.format(id="{prediction_id}"),
-    "predictions_idempotent_url": wire.PREDICTION_PATH.format(id="{prediction_id}"),
-    "predictions_url": wire.PREDICTIONS_PATH,
-    "shutdown_url": wire.SHUTDOWN_PATH,
+    "docs_url": DOCS_PATH,
+    "healthcheck_url": HEALTH_CHECK_PATH,
+    "openapi_url": OPENAPI_PATH,
+    "predictions_cancel_url": CANCEL_PATH.format(id="{prediction_id}"),
+    "predictions_idempotent_url": PREDICTION_PATH.format(id="{prediction_id}"),
+    "predictions_url": PREDICTIONS_PATH,
+    "shutdown_url": SHUTDOWN_PATH,
 }
 
 
 def _json(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     # coglet serialises through a sorted map; match its key order byte for byte.
     data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    return web.Response(body=data, status=status, content_type=wire.JSON, headers=headers)
+    return web.Response(body=data, status=status, content_type=JSON, headers=headers)
 
 
 async def _parse_request(request: web.Request) -> PredictionRequest:
@@ -93,16 +120,16 @@ async def _parse_request(request: web.Request) -> PredictionRequest:
 def _options(request: web.Request) -> RequestOptions:
     headers = request.headers
     try:
-        mode = CacheMode((headers.get(wire.CACHE_MODE) or "default").strip().lower())
+        mode = CacheMode((headers.get(CACHE_MODE) or "default").strip().lower())
     except ValueError:
         modes = ", ".join(m.value for m in CacheMode)
-        raise web.HTTPBadRequest(text=f"{wire.CACHE_MODE} must be one of {modes}") from None
+        raise web.HTTPBadRequest(text=f"{CACHE_MODE} must be one of {modes}") from None
     return RequestOptions(
-        tenant=(headers.get(wire.TENANT_ID) or "default").strip() or "default",
-        priority=Priority.parse(headers.get(wire.PRIORITY)),
+        tenant=(headers.get(TENANT_ID) or "default").strip() or "default",
+        priority=Priority.parse(headers.get(PRIORITY)),
         cache_mode=mode,
-        cache_tag=headers.get(wire.CACHE_TAG) or None,
-        stream=wants_stream(headers.get(wire.ACCEPT)),
+        cache_tag=headers.get(CACHE_TAG) or None,
+        stream=wants_stream(headers.get(ACCEPT)),
     )
 
 
@@ -114,11 +141,11 @@ def _timing_headers(prediction: Prediction | None, began: float) -> dict[str, st
         queue_wait = prediction.queue_wait_time if prediction.ticket.granted_at else 0.0
         gpu_time, hit, reused = prediction.gpu_time, prediction.cache_hit, prediction.tokens_reused
     return {
-        wire.QUEUE_WAIT_MS: str(round(queue_wait * 1000)),
-        wire.GPU_TIME_MS: str(round(gpu_time * 1000)),
-        wire.PROCESSING_TIME: f"{time.monotonic() - began:.6f}",
-        wire.CACHE_HIT: "true" if hit else "false",
-        wire.CACHE_TOKENS_REUSED: str(reused),
+        QUEUE_WAIT_MS: str(round(queue_wait * 1000)),
+        GPU_TIME_MS: str(round(gpu_time * 1000)),
+        PROCESSING_TIME: f"{time.monotonic() - began:.6f}",
+        CACHE_HIT: "true" if hit else "false",
+        CACHE_TOKENS_REUSED: str(reused),
     }
 
 
@@ -147,7 +174,7 @@ async def _run(
 ) -> web.StreamResponse:
     service = request.app[SERVICE]
     options = _options(request)
-    attach = request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH
+    attach = request.headers.get(IF_MATCH, "").strip() == ATTACH
     if attach:
         require_internal(request, "attach")
     if (existing := service.get(prediction_id)) is not None:
@@ -160,7 +187,7 @@ async def _run(
         return _json(existing.snapshot(with_input=True), 202)
     if attach:
         raise NotRunningError(prediction_id)  # attach only: nothing may start
-    trace = {k: v for k in wire.TRACE_HEADERS if (v := request.headers.get(k))}
+    trace = {k: v for k in TRACE_HEADERS if (v := request.headers.get(k))}
     try:
         admitted = service.submit(prediction_id, body, trace, options)
     except RequestRefused as error:
@@ -171,7 +198,7 @@ async def _run(
     if admitted.stream is not None:
         return await _stream(request, admitted.stream, rate)
     if respond_async(request.headers):
-        return _json({"id": prediction_id, "status": wire.RunnerStatus.STARTING}, 202, rate)
+        return _json({"id": prediction_id, "status": RunnerStatus.STARTING}, 202, rate)
     try:
         await asyncio.shield(prediction.wait())
     except asyncio.CancelledError:
@@ -191,7 +218,7 @@ async def _stream(
     """
     timing = _timing_headers(request[_PREDICTION], request[_BEGAN])
     response = web.StreamResponse(status=200, headers={**headers, **timing})
-    response.content_type = wire.NDJSON
+    response.content_type = NDJSON
     try:
         await response.prepare(request)
         await stream.pump(response)
@@ -232,7 +259,7 @@ async def health_check(request: web.Request) -> web.Response:
 
 async def openapi_schema(request: web.Request) -> web.Response:
     body = orjson.dumps(request.app[SERVICE].schema)  # keep the document's own key order
-    return web.Response(body=body, content_type=wire.JSON)
+    return web.Response(body=body, content_type=JSON)
 
 
 async def shutdown(request: web.Request) -> web.Response:
@@ -268,13 +295,13 @@ def create_app(
 
     app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
-    app.router.add_get(wire.ROOT_PATH, root)
-    app.router.add_get(wire.HEALTH_CHECK_PATH, health_check)
-    app.router.add_get(wire.OPENAPI_PATH, openapi_schema)
-    app.router.add_post(wire.PREDICTIONS_PATH, create_prediction)
-    app.router.add_put(wire.PREDICTION_PATH, create_prediction_idempotent)
-    app.router.add_post(wire.CANCEL_PATH, cancel_prediction)
-    app.router.add_post(wire.SHUTDOWN_PATH, shutdown)
+    app.router.add_get(ROOT_PATH, root)
+    app.router.add_get(HEALTH_CHECK_PATH, health_check)
+    app.router.add_get(OPENAPI_PATH, openapi_schema)
+    app.router.add_post(PREDICTIONS_PATH, create_prediction)
+    app.router.add_put(PREDICTION_PATH, create_prediction_idempotent)
+    app.router.add_post(CANCEL_PATH, cancel_prediction)
+    app.router.add_post(SHUTDOWN_PATH, shutdown)
     return app
 
 

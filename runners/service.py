@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from protocol import FlushScope, HealthStatus, PredictionRequest, Priority, RunnerStatus
+from protocol.documents import PredictionRequest
+from protocol.values import FlushScope, HealthStatus, Priority, RunnerStatus
 from runners import COG_VERSION
 from runners.cache import CacheMode, CacheView, Flushed, ResultCache
 from runners.capabilities import CapabilitiesCache, build_capabilities

@@ -30,7 +30,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from protocol import NDJSON, WebhookEvent
+from protocol.headers import NDJSON
+from protocol.values import WebhookEvent
 from runners.webhooks import SnapshotSink
 
 log = logging.getLogger(__name__)

@@ -30,11 +30,11 @@ import aiohttp
 import orjson
 import yarl
 
-import protocol as wire
 from core.backoff import backoff_delay
 from core.ssrf import BlockedAddress, GuardedResolver, check_webhook_url
 from core.unreachable import UNREACHABLE
-from protocol import WebhookEvent
+from protocol.headers import ACCEPT, AUTHORIZATION, CONTENT_TYPE, JSON, USER_AGENT
+from protocol.values import WebhookEvent
 from runners import COG_VERSION
 from runners.config import RunnerConfig
 from runners.errors import WebhookRefusedError
@@ -94,13 +94,13 @@ class WebhookDispatcher:
                 f"{error} (allowed: CONDUIT_RUNNER_WEBHOOK_ALLOW={config.webhook_allow})"
             ) from error
         headers = {
-            wire.CONTENT_TYPE: wire.JSON,
-            wire.ACCEPT: "*/*",
-            wire.USER_AGENT: f"coglet/{COG_VERSION}",
+            CONTENT_TYPE: JSON,
+            ACCEPT: "*/*",
+            USER_AGENT: f"coglet/{COG_VERSION}",
             **trace,
         }
         if self.config.webhook_auth_token:
-            headers[wire.AUTHORIZATION] = f"Bearer {self.config.webhook_auth_token}"
+            headers[AUTHORIZATION] = f"Bearer {self.config.webhook_auth_token}"
         return WebhookSender(self, url, frozenset(events), headers)
 
     def spawn(self, sender: WebhookSender) -> asyncio.Task[None]:

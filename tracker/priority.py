@@ -3,13 +3,13 @@ deployments store them.
 
 A deployment has a default (``normal`` unless configured); a create request may override it
 with its own ``X-Priority`` header. Runners that queue use it to order their queue; a stock Cog
-server ignores it. The enum is the contract's own (``protocol.Priority``): the value a
+server ignores it. The enum is the contract's own (``protocol.values.Priority``): the value a
 prediction stores is the value its runner reads, so there is one list of them.
 """
 
 from __future__ import annotations
 
-from protocol import Priority
+from protocol.values import Priority
 
 __all__ = ["Priority", "parse_priority"]
 

@@ -4,7 +4,7 @@ A run's times come from its runner's terminal snapshot (``metrics``): ``predict_
 seconds the model ran), and two Conduit extensions a stock Cog runner does not send,
 ``queue_wait_time`` (seconds queued inside the runner before a slot freed) and ``gpu_time``; and
 ``load_time``, the cold start a model pool host held the run for (evictions and the model's
-load), which it reports on the start (``protocol.LOAD_TIME``), not in a snapshot.
+load), which it reports on the start (``protocol.headers.LOAD_TIME``), not in a snapshot.
 
 A runner's word is never billed past what its director saw: ``RunnerTimes.within`` bounds the
 reported times by the director's own observation of the run (see there); ``RunnerTimes`` is

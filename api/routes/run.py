@@ -55,7 +55,7 @@ from core.nesting import DEPTH_CEILING
 from lane.errors import LaneNotRunning
 from lane.request import Destination, Finished, RunRequest, Streamed
 from lane.service import Lane
-from protocol import Priority
+from protocol.values import Priority
 from tracker.catalog import AccountInfo
 from tracker.files.data_urls import DataUrls
 

@@ -15,7 +15,7 @@ from conduit.admin.names import VISIBILITIES, note_new_owner, split_name
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import OPERATOR, with_engine
 from conduit.admin.tables import when
-from protocol import bearer
+from protocol.headers import bearer
 from tracker import catalog, catalog_admin, management
 from tracker.catalog import ModelInfo
 from tracker.keys import DEFAULT_SHARDS

@@ -37,9 +37,11 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
-import protocol as wire
 from core.ports import free_port
 from core.unreachable import UNREACHABLE
+from protocol.headers import bearer
+from protocol.paths import HEALTH_CHECK_PATH, OPENAPI_PATH
+from protocol.values import HealthStatus
 from runners.config import RunnerConfig
 from runners.model import Model
 from runners.models import get_model
@@ -123,7 +125,7 @@ class ConduitBackend:
 
     @property
     def headers(self) -> Mapping[str, str]:
-        return wire.bearer(self._token)
+        return bearer(self._token)
 
     @property
     def service(self) -> RunnerService | None:
@@ -232,13 +234,13 @@ class CogBackend:
         except OSError as error:
             raise LoadError(f"cannot start {args[0]}: {error}") from error
         url = f"http://127.0.0.1:{port}"
-        while (status := _status(body := await self._health(url))) != wire.HealthStatus.READY:
+        while (status := _status(body := await self._health(url))) != HealthStatus.READY:
             if self._proc.returncode is not None:
                 raise LoadError(f"cog server exited with {self._proc.returncode}")
-            if status == wire.HealthStatus.SETUP_FAILED:
+            if status == HealthStatus.SETUP_FAILED:
                 raise LoadError(f"cog server setup failed{_last_log_line(body)}")
             await asyncio.sleep(_POLL)
-        async with self._session.get(url + wire.OPENAPI_PATH) as response:
+        async with self._session.get(url + OPENAPI_PATH) as response:
             self._schema = await response.json(content_type=None)
         self._url = url
         return await asyncio.to_thread(self._observe, self._proc.pid, devices, before)
@@ -264,7 +266,7 @@ class CogBackend:
     async def _health(self, url: str) -> dict[str, Any] | None:
         try:
             async with self._session.get(
-                url + wire.HEALTH_CHECK_PATH, timeout=aiohttp.ClientTimeout(total=2)
+                url + HEALTH_CHECK_PATH, timeout=aiohttp.ClientTimeout(total=2)
             ) as response:
                 body = await response.json(content_type=None)
         except (*UNREACHABLE, ValueError):  # no answer, or not JSON
@@ -305,7 +307,7 @@ class CogBackend:
         """Stock Cog has no way to ask about one prediction: wait until it is no longer
         ``BUSY`` (exact with its default concurrency of 1, conservative above)."""
         url = self._url
-        while url is not None and _status(await self._health(url)) == wire.HealthStatus.BUSY:
+        while url is not None and _status(await self._health(url)) == HealthStatus.BUSY:
             await asyncio.sleep(_POLL)
             url = self._url
 

@@ -8,8 +8,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import protocol as wire
+from protocol.documents import (
+    CapabilitiesDocument,
+    Features,
+    LoadedModel,
+    LoadingModel,
+    ModelInventory,
+    QueueBounds,
+    QueueState,
+)
 from protocol.lifecycle import HealthDocument, ModelStatus
+from protocol.values import RunnerHealth
 from runners import COG_VERSION
 from runners.pool.slots import SlotState, SlotView
 from runners.pool.state import Pool
@@ -20,7 +29,7 @@ def capabilities(pool: Pool, only: str | None = None) -> dict[str, Any]:
     ``only``, one slot's, under a runner id and type of its own."""
     views = [v for v in pool.core.slots() if only is None or v.model == only]
     loaded = [
-        wire.LoadedModel(
+        LoadedModel(
             id=v.model,
             memoryBytes=v.observed_bytes,
             device=pool.host.backends[v.model].device,
@@ -28,25 +37,23 @@ def capabilities(pool: Pool, only: str | None = None) -> dict[str, Any]:
         for v in views
         if v.state is SlotState.READY
     ]
-    loading = [wire.LoadingModel(id=v.model) for v in views if v.state is SlotState.LOADING]
+    loading = [LoadingModel(id=v.model) for v in views if v.state is SlotState.LOADING]
     concurrency = {m.name: m.concurrency for m in pool.file.models}
     on_gpu = any(pool.host.backends[v.model].device == "cuda" for v in views)
-    document = wire.CapabilitiesDocument(
+    document = CapabilitiesDocument(
         runner_type="conduit-pool" if only is None else f"conduit-pool-{only}",
         runner_id=pool.runner_id if only is None else f"{pool.runner_id}/{only}",
-        models=wire.ModelInventory(
-            loaded=loaded, loading=loading, available=[v.model for v in views]
-        ),
-        queue=wire.QueueState(
+        models=ModelInventory(loaded=loaded, loading=loading, available=[v.model for v in views]),
+        queue=QueueState(
             depth=pool.core.queued(),
             max_depth=pool.file.max_queue_depth,
             slots=sum(concurrency[v.model] for v in views),
             slotsInUse=sum(v.in_flight for v in views),
         ),
-        capabilities=wire.Features(
+        capabilities=Features(
             streaming=True, multi_tenant=True, modelLoad=True, cancel=True, modelPool=True
         ),
-        health=wire.RunnerHealth.HEALTHY,
+        health=RunnerHealth.HEALTHY,
         hardware="gpu" if on_gpu else "cpu",
         cogVersion=COG_VERSION,
         startedAt=pool.started_at,
@@ -96,13 +103,13 @@ def health(pool: Pool) -> HealthDocument:
     views = pool.core.slots()
     ready = sum(1 for v in views if v.state is SlotState.READY)
     return HealthDocument(
-        status=wire.RunnerHealth.UNHEALTHY if reasons else wire.RunnerHealth.HEALTHY,
+        status=RunnerHealth.UNHEALTHY if reasons else RunnerHealth.HEALTHY,
         uptime=math.floor(time.monotonic() - pool.began),
         models_loaded=ready,
         queue_depth=pool.core.queued(),
         reasons=reasons,
         model=ModelStatus(id="pool", state=f"{ready}/{len(views)} ready"),
-        queue=wire.QueueBounds(depth=pool.core.queued(), max_depth=pool.file.max_queue_depth),
+        queue=QueueBounds(depth=pool.core.queued(), max_depth=pool.file.max_queue_depth),
     )
 
 
@@ -118,11 +125,11 @@ def slot_health(pool: Pool, name: str) -> HealthDocument:
     if max_depth and depth >= max_depth:
         reasons.append("queue saturated")
     return HealthDocument(
-        status=wire.RunnerHealth.UNHEALTHY if reasons else wire.RunnerHealth.HEALTHY,
+        status=RunnerHealth.UNHEALTHY if reasons else RunnerHealth.HEALTHY,
         uptime=math.floor(time.monotonic() - pool.began),
         models_loaded=1 if view.state is SlotState.READY else 0,
         queue_depth=depth,
         reasons=reasons,
         model=ModelStatus(id=name, state=view.state.value),
-        queue=wire.QueueBounds(depth=depth, max_depth=max_depth),
+        queue=QueueBounds(depth=depth, max_depth=max_depth),
     )

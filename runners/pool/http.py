@@ -21,8 +21,16 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-import protocol as wire
 from core.logs import configure_unless_configured
+from protocol.headers import JSON
+from protocol.paths import (
+    CAPABILITIES_PATH,
+    HEALTH_CHECK_PATH,
+    PROBE_PATHS,
+    ROOT_PATH,
+    SHUTDOWN_PATH,
+)
+from protocol.values import HealthStatus
 from runners import COG_VERSION
 from runners.auth import TOKEN_REQUIRED, is_loopback_host, require_internal
 from runners.config import RunnerConfig
@@ -45,7 +53,7 @@ log = logging.getLogger(__name__)
 
 
 def _json(body: dict[str, object]) -> web.Response:
-    return web.Response(body=orjson.dumps(body), content_type=wire.JSON)
+    return web.Response(body=orjson.dumps(body), content_type=JSON)
 
 
 async def root(request: web.Request) -> web.Response:
@@ -54,15 +62,15 @@ async def root(request: web.Request) -> web.Response:
         {
             "cog_version": COG_VERSION,
             "models": {m.name: f"/models/{m.name}" for m in pool.file.models},
-            "capabilities_url": wire.CAPABILITIES_PATH,
-            "healthcheck_url": wire.HEALTH_CHECK_PATH,
+            "capabilities_url": CAPABILITIES_PATH,
+            "healthcheck_url": HEALTH_CHECK_PATH,
         }
     )
 
 
 async def root_health_check(request: web.Request) -> web.Response:
     pool = request.app[POOL]
-    status = "UNHEALTHY" if pool.host.closing else wire.HealthStatus.READY.value
+    status = "UNHEALTHY" if pool.host.closing else HealthStatus.READY.value
     return _json({"status": status, "models": [m.name for m in pool.file.models]})
 
 
@@ -85,7 +93,7 @@ def create_app(
 ) -> web.Application:
     """The pool's app; its slots' backends are built and the core started on startup."""
     config = config or RunnerConfig.from_env()
-    app = control_app(config, wire.PROBE_PATHS | PROBES)
+    app = control_app(config, PROBE_PATHS | PROBES)
 
     async def on_startup(app: web.Application) -> None:
         session = aiohttp.ClientSession(auto_decompress=False)
@@ -115,9 +123,9 @@ def create_app(
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
-    app.router.add_get(wire.ROOT_PATH, root)
-    app.router.add_get(wire.HEALTH_CHECK_PATH, root_health_check)
-    app.router.add_post(wire.SHUTDOWN_PATH, shutdown)
+    app.router.add_get(ROOT_PATH, root)
+    app.router.add_get(HEALTH_CHECK_PATH, root_health_check)
+    app.router.add_post(SHUTDOWN_PATH, shutdown)
     add_slot_routes(app)
     return app
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from protocol import FlushScope
 from protocol.lifecycle import FlushResult, HealthDocument, LoadStatus, LoadTask, UnloadResult
+from protocol.values import FlushScope
 from runners.control_errors import InvalidFieldError, LifecycleConflictError, UnknownTaskError
 from runners.control_plane import ControlPlane
 from runners.optokens import OpTokenVerifier

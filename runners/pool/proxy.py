@@ -7,7 +7,7 @@ import logging
 import aiohttp
 from aiohttp import web
 
-import protocol as wire
+from protocol.headers import NDJSON
 from runners.errors import BackendUnreachableError
 from runners.pool.backends import Backend
 
@@ -59,7 +59,7 @@ async def proxy(
     try:
         answer = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
         answer.update(extra or {})
-        if upstream.content_type != wire.NDJSON:
+        if upstream.content_type != NDJSON:
             data = await upstream.read()
             return web.Response(body=data, status=upstream.status, headers=answer)
         response = web.StreamResponse(status=upstream.status, headers=answer)

@@ -24,7 +24,19 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-import protocol as wire
+from protocol.headers import ACCEPT, ATTACH, IF_MATCH, JSON, LOAD_TIME, POOL_QUEUE_WAIT, PRIORITY
+from protocol.paths import (
+    CANCEL_PATH,
+    CAPABILITIES_PATH,
+    DOCS_PATH,
+    HEALTH_CHECK_PATH,
+    HEALTH_PATH,
+    OPENAPI_PATH,
+    PREDICTION_PATH,
+    PREDICTIONS_PATH,
+    ROOT_PATH,
+)
+from protocol.values import HealthStatus, Priority, RunnerStatus
 from runners import COG_VERSION
 from runners.auth import require_internal
 from runners.errors import (
@@ -51,7 +63,7 @@ from runners.streaming import wants_stream
 
 KEEP_ALIVE = "X-Conduit-Keep-Alive"
 SLOT = "/models/{model}"
-PROBES = frozenset({SLOT + wire.HEALTH_CHECK_PATH, SLOT + wire.HEALTH_PATH})
+PROBES = frozenset({SLOT + HEALTH_CHECK_PATH, SLOT + HEALTH_PATH})
 """A slot's health checks: like a single runner's, they need no token."""
 
 _REFUSALS: dict[RejectCode, type[PoolRefusal]] = {
@@ -65,14 +77,14 @@ _REFUSALS: dict[RejectCode, type[PoolRefusal]] = {
 
 
 def _json(body: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(body), status=status, content_type=wire.JSON)
+    return web.Response(body=orjson.dumps(body), status=status, content_type=JSON)
 
 
 def _ask(request: web.Request) -> Ask:
     headers = request.headers
     return Ask(
         deadline_in=deadline(headers),
-        priority=wire.Priority.parse(headers.get(wire.PRIORITY)).weight,
+        priority=Priority.parse(headers.get(PRIORITY)).weight,
         keep_alive=seconds(headers.get(KEEP_ALIVE), KEEP_ALIVE, negative=True),
     )
 
@@ -111,15 +123,13 @@ async def predict(request: web.Request) -> web.StreamResponse:
     if prediction_id is None:
         raw, prediction_id = _with_id(raw)
     path = (
-        wire.PREDICTIONS_PATH
-        if request.method == "POST"
-        else wire.PREDICTION_PATH.format(id=prediction_id)
+        PREDICTIONS_PATH if request.method == "POST" else PREDICTION_PATH.format(id=prediction_id)
     )
     running = pool.running.setdefault(name, set())
-    attach = request.headers.get(wire.IF_MATCH, "").strip() == wire.ATTACH
+    attach = request.headers.get(IF_MATCH, "").strip() == ATTACH
     if attach or (prediction_id is not None and prediction_id in running):
         # Already granted: an attach or a repeated PUT holds no permit of its own.
-        if attach or wants_stream(request.headers.get(wire.ACCEPT)):
+        if attach or wants_stream(request.headers.get(ACCEPT)):
             require_internal(request, "attach" if attach else "taking over a prediction")
         if prediction_id not in running or backend.url is None:
             raise NotRunningError(prediction_id or "")
@@ -139,8 +149,8 @@ def _waited(grant: Grant) -> dict[str, str]:
     """The start's time in the pool, as headers a director adds to the run's metrics: the cold
     start it sat through (``X-Conduit-Load-Time``) and its queueing beyond that."""
     times = {
-        wire.LOAD_TIME: grant.load_s,
-        wire.POOL_QUEUE_WAIT: max(0.0, grant.waited_s - grant.load_s),
+        LOAD_TIME: grant.load_s,
+        POOL_QUEUE_WAIT: max(0.0, grant.waited_s - grant.load_s),
     }
     return {name: f"{seconds:.6f}" for name, seconds in times.items() if seconds > 0}
 
@@ -159,19 +169,19 @@ async def cancel(request: web.Request) -> web.StreamResponse:
     backend = pool.backend(name)
     if request.match_info["id"] not in pool.running.get(name, ()) or backend.url is None:
         return web.json_response({}, status=404)
-    path = wire.CANCEL_PATH.format(id=request.match_info["id"])
+    path = CANCEL_PATH.format(id=request.match_info["id"])
     return await proxy(request, pool.session, backend, path)
 
 
-def _health_status(view: SlotView, concurrency: int) -> wire.HealthStatus:
+def _health_status(view: SlotView, concurrency: int) -> HealthStatus:
     match view.state:
         case SlotState.LOADING:
-            return wire.HealthStatus.STARTING
+            return HealthStatus.STARTING
         case SlotState.FAILED:
-            return wire.HealthStatus.SETUP_FAILED
+            return HealthStatus.SETUP_FAILED
         case SlotState.READY if view.in_flight >= concurrency:
-            return wire.HealthStatus.BUSY
-    return wire.HealthStatus.READY  # idle and stopping slots load on demand
+            return HealthStatus.BUSY
+    return HealthStatus.READY  # idle and stopping slots load on demand
 
 
 async def slot_health(request: web.Request) -> web.Response:
@@ -183,9 +193,9 @@ async def slot_health(request: web.Request) -> web.Response:
     spec = next(m for m in pool.file.models if m.name == name)
     status = _health_status(view, spec.concurrency)
     setup = {
-        "status": wire.RunnerStatus.FAILED
-        if status is wire.HealthStatus.SETUP_FAILED
-        else wire.RunnerStatus.SUCCEEDED,
+        "status": RunnerStatus.FAILED
+        if status is HealthStatus.SETUP_FAILED
+        else RunnerStatus.SUCCEEDED,
         "started_at": pool.started_at,
         "logs": pool.host.load_errors.get(name, "") if view.state is SlotState.FAILED else "",
     }
@@ -204,12 +214,12 @@ async def slot_health_document(request: web.Request) -> web.Response:
 def _discovery(prefix: str) -> dict[str, Any]:
     return {
         "cog_version": COG_VERSION,
-        "docs_url": prefix + wire.DOCS_PATH,
-        "healthcheck_url": prefix + wire.HEALTH_CHECK_PATH,
-        "openapi_url": prefix + wire.OPENAPI_PATH,
-        "predictions_cancel_url": prefix + wire.CANCEL_PATH.format(id="{prediction_id}"),
-        "predictions_idempotent_url": prefix + wire.PREDICTION_PATH.format(id="{prediction_id}"),
-        "predictions_url": prefix + wire.PREDICTIONS_PATH,
+        "docs_url": prefix + DOCS_PATH,
+        "healthcheck_url": prefix + HEALTH_CHECK_PATH,
+        "openapi_url": prefix + OPENAPI_PATH,
+        "predictions_cancel_url": prefix + CANCEL_PATH.format(id="{prediction_id}"),
+        "predictions_idempotent_url": prefix + PREDICTION_PATH.format(id="{prediction_id}"),
+        "predictions_url": prefix + PREDICTIONS_PATH,
     }
 
 
@@ -229,7 +239,7 @@ async def slot_openapi(request: web.Request) -> web.Response:
             raise refusal(pool, name, outcome)
         pool.host.release(outcome)
         schema = backend.openapi() or {}
-    return web.Response(body=orjson.dumps(schema), content_type=wire.JSON)
+    return web.Response(body=orjson.dumps(schema), content_type=JSON)
 
 
 async def slot_capabilities(request: web.Request) -> web.Response:
@@ -241,11 +251,11 @@ async def slot_capabilities(request: web.Request) -> web.Response:
 def add_slot_routes(app: web.Application) -> None:
     r = app.router
     r.add_get(SLOT, slot_root)
-    r.add_get(SLOT + wire.ROOT_PATH, slot_root)
-    r.add_get(SLOT + wire.HEALTH_CHECK_PATH, slot_health)
-    r.add_get(SLOT + wire.OPENAPI_PATH, slot_openapi)
-    r.add_get(SLOT + wire.CAPABILITIES_PATH, slot_capabilities)
-    r.add_get(SLOT + wire.HEALTH_PATH, slot_health_document)
-    r.add_post(SLOT + wire.PREDICTIONS_PATH, predict)
-    r.add_put(SLOT + wire.PREDICTION_PATH, predict)
-    r.add_post(SLOT + wire.CANCEL_PATH, cancel)
+    r.add_get(SLOT + ROOT_PATH, slot_root)
+    r.add_get(SLOT + HEALTH_CHECK_PATH, slot_health)
+    r.add_get(SLOT + OPENAPI_PATH, slot_openapi)
+    r.add_get(SLOT + CAPABILITIES_PATH, slot_capabilities)
+    r.add_get(SLOT + HEALTH_PATH, slot_health_document)
+    r.add_post(SLOT + PREDICTIONS_PATH, predict)
+    r.add_put(SLOT + PREDICTION_PATH, predict)
+    r.add_post(SLOT + CANCEL_PATH, cancel)

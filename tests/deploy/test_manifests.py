@@ -22,10 +22,10 @@ import jsonschema
 import pytest
 import yaml
 
-import protocol as wire
 from director.settings import DirectorSettings
 from gateway.server import SERVICE
 from gateway.settings import GatewaySettings
+from protocol.paths import HEALTH_CHECK_PATH, HEALTH_PATH
 from tests.deploy import settings_env
 from tests.deploy.rendering import KIT, OVERLAYS, Manifest, identity, overlay, render
 from tests.deploy.validation import VERSIONS, validate
@@ -287,9 +287,9 @@ def test_the_runner_is_probed_inside_its_container_on_its_own_paths(
         def command(probe: str, runner: Container = runner) -> str:
             return " ".join(runner.spec[probe]["exec"]["command"])
 
-        assert f'"{base}{wire.HEALTH_CHECK_PATH}"' in command("livenessProbe")
+        assert f'"{base}{HEALTH_CHECK_PATH}"' in command("livenessProbe")
         for probe in ("readinessProbe", "startupProbe"):
-            assert f'"{base}{wire.HEALTH_PATH}"' in command(probe)
+            assert f'"{base}{HEALTH_PATH}"' in command(probe)
 
 
 def test_every_container_has_bounded_resources(rendered: list[Manifest]) -> None:

@@ -9,9 +9,9 @@ import pytest
 
 from director.fleet_member import AdvertisedRunner, FleetMember
 from director.runner_monitor import RunnerMonitor
-from protocol import HealthStatus
 from protocol.capabilities import STOCK_COG, Capabilities
 from protocol.client import RunnerClient
+from protocol.values import HealthStatus
 from tracker.fleet import RunnerState
 
 ADVERTISED = AdvertisedRunner(

@@ -10,7 +10,7 @@ import pytest
 
 from lane.events import band_of
 from lane.queue import FairQueue
-from protocol import Priority
+from protocol.values import Priority
 from runners.pool.config import QueueMode
 from runners.pool.queue import Waiter, WaitQueue
 from runners.scheduler import Scheduler

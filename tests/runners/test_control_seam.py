@@ -13,7 +13,15 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-import protocol as wire
+from protocol.paths import (
+    CACHE_FLUSH_PATH,
+    CAPABILITIES_PATH,
+    HEALTH_PATH,
+    LOAD_PATH,
+    LOAD_TASK_PATH,
+    METRICS_PATH,
+    UNLOAD_PATH,
+)
 from runners import control, errors
 from runners.config import RunnerConfig
 from runners.models.echo import EchoModel
@@ -28,13 +36,13 @@ MiB = 2**20
 TOKEN = "seam-token-of-the-test-hosts"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CONTROL_ROUTES = [
-    ("GET", wire.CAPABILITIES_PATH),
-    ("POST", wire.LOAD_PATH),
-    ("GET", wire.LOAD_TASK_PATH),
-    ("POST", wire.UNLOAD_PATH),
-    ("POST", wire.CACHE_FLUSH_PATH),
-    ("GET", wire.HEALTH_PATH),
-    ("GET", wire.METRICS_PATH),
+    ("GET", CAPABILITIES_PATH),
+    ("POST", LOAD_PATH),
+    ("GET", LOAD_TASK_PATH),
+    ("POST", UNLOAD_PATH),
+    ("POST", CACHE_FLUSH_PATH),
+    ("GET", HEALTH_PATH),
+    ("GET", METRICS_PATH),
 ]
 POOL_FILE = {
     "budget": "64MiB",
@@ -91,15 +99,15 @@ async def test_both_hosts_refuse_control_calls_alike(monkeypatch: pytest.MonkeyP
             async with _serving(app) as url:
                 answers.append(
                     [
-                        await _answer(http, "GET", url + wire.CAPABILITIES_PATH),
+                        await _answer(http, "GET", url + CAPABILITIES_PATH),
                         await _answer(
                             http,
                             "POST",
-                            url + wire.LOAD_PATH,
+                            url + LOAD_PATH,
                             json={"modelId": "echo"},
                             headers=AUTH,
                         ),
-                        await _answer(http, "POST", url + wire.UNLOAD_PATH, json=[1], headers=AUTH),
+                        await _answer(http, "POST", url + UNLOAD_PATH, json=[1], headers=AUTH),
                     ]
                 )
     runner, pool = answers

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 from typing import Any, ClassVar
 
-from protocol import Priority
+from protocol.values import Priority
 from runners.model import Model, PredictContext
 from runners.prediction import Prediction
 from runners.scheduler import Scheduler

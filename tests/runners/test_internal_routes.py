@@ -25,7 +25,7 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestServer
 
-from protocol import bearer
+from protocol.headers import bearer
 from runners.config import RunnerConfig
 from runners.models.echo import EchoModel
 from runners.server import SERVICE, create_app

@@ -31,9 +31,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from core.ssrf import BlockedAddress
-from protocol import bearer
 from protocol.client import RunnerClient
 from protocol.errors import RunnerUnauthorized
+from protocol.headers import bearer
 from runners.auth import is_loopback
 from runners.config import RunnerConfig
 from runners.models.echo import EchoModel

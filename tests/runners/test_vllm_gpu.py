@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import pytest
 
-from protocol import FlushScope
+from protocol.values import FlushScope
 from runners.models.vllm import VLLMModel
 
 if TYPE_CHECKING:

@@ -20,8 +20,9 @@ from starlette.requests import Request
 from api.auth import Authenticator
 from api.errors import RateLimited, Unauthenticated
 from api.settings import ApiSettings
-from protocol import PredictionResponse, WebhookEvent
+from protocol.documents import PredictionResponse
 from protocol.timings import RunnerTimes
+from protocol.values import WebhookEvent
 from runners.config import RunnerConfig
 from runners.webhooks import WebhookDispatcher
 from tracker.catalog import AccountInfo

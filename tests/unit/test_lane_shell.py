@@ -22,7 +22,8 @@ from lane import (
 )
 from lane.shell import LaneShell
 from lane.stream_events import SnapshotEvents
-from protocol import PredictionResponse, RunnerStatus
+from protocol.documents import PredictionResponse
+from protocol.values import RunnerStatus
 
 
 def _core(**config: float) -> LaneCore:
