@@ -48,22 +48,23 @@ from api.routes import (
     webhooks,
 )
 from api.settings import ApiSettings
+from catalog import lookups
+from catalog.cache import Catalog
+from catalog.generation import CatalogGeneration
 from director.queue import Queue
 from director.queue import connect as connect_redis
+from files.links import FileLinks
+from files.retention import RetentionSweep
+from files.service import Files
+from files.settings import FileSettings
 from lane.service import Lane
 from lane.settings import LaneSettings
-from tracker import catalog, keys
+from tracker import keys
 from tracker.capabilities import StreamUrlSettings
-from tracker.catalog_cache import Catalog
-from tracker.catalog_generation import CatalogGeneration
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
 from tracker.events import EventLog
-from tracker.files.links import FileLinks
-from tracker.files.retention import RetentionSweep
-from tracker.files.service import Files
-from tracker.files.settings import FileSettings
 from tracker.group_commit import Batcher
 from tracker.rate_limits import CreateRateLimit
 from tracker.redis_connect import require_noeviction
@@ -174,7 +175,7 @@ async def _open(
         redis=redis,
         queue=queue,
         catalog=Catalog(engine, settings.cache_ttl, CatalogGeneration(redis)),
-        auth=Authenticator(functools.partial(catalog.account_for_token, engine), settings),
+        auth=Authenticator(functools.partial(lookups.account_for_token, engine), settings),
         stream_signer=signer,
         events=EventLog(redis, settings.events_retention),
         hub=hub,

@@ -1,5 +1,5 @@
 """Who a request is: its bearer token checked by the rule the api shares with the gateway
-(:mod:`tracker.token_checks`: verified tokens from memory, a failed-auth budget per client
+(:mod:`catalog.token_checks`: verified tokens from memory, a failed-auth budget per client
 address, made-up tokens refused by their shape or from their own bounded cache before any
 query), answered here in HTTP: a refusal is 401, an address past its budget 429
 ``rate_limited`` with ``Retry-After``.
@@ -20,9 +20,9 @@ from fastapi import Request
 
 from api.errors import Forbidden, RateLimited, Unauthenticated
 from api.settings import ApiSettings
+from catalog.lookups import AccountInfo
+from catalog.token_checks import Refused, TokenChecks, TooManyFailures, address_key
 from tracker.capabilities import StreamSigner, Verdict
-from tracker.catalog import AccountInfo
-from tracker.token_checks import Refused, TokenChecks, TooManyFailures, address_key
 
 
 def bearer_token(request: Request) -> str | None:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from api.settings import ApiSettings
-from tracker.token_checks import address_key
+from catalog.token_checks import address_key
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import Authenticator
 from api.settings import ApiSettings
+from catalog.cache import Catalog
+from catalog.lookups import AccountInfo
 from director.queue import Queue
+from files.service import Files
 from lane.service import Lane
 from tracker.capabilities import StreamSigner
-from tracker.catalog import AccountInfo
-from tracker.catalog_cache import Catalog
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
 from tracker.events import EventLog
-from tracker.files.service import Files
 from tracker.group_commit import Batcher
 from tracker.rate_limits import CreateRateLimit
 from tracker.render import PredictionLinks
@@ -56,7 +56,7 @@ class Resources:
     create_limit: CreateRateLimit | None = None
     #: Each account's rate of uploads (``POST /v1/files``).
     upload_limit: CreateRateLimit | None = None
-    #: Uploads, file outputs' delivery, and file references in inputs (``tracker.files``).
+    #: Uploads, file outputs' delivery, and file references in inputs (``files``).
     files: Files | None = None
     #: The gateway's request log's database, when not this one.
     log_engine: AsyncEngine | None = None

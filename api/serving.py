@@ -17,12 +17,12 @@ from api.pagination import decode_cursor, encode_cursor
 from api.prediction_filters import PredictionFilters
 from api.priority import honoured
 from api.protocol import PredictionCreate
+from catalog.lookups import AccountInfo, VersionInfo
 from core.ids import new_prediction_id
 from core.logs import REQUEST_ID
 from core.ssrf import BlockedAddress, check_webhook_url
 from director.submit import enqueue_stored, submit
 from tracker import store
-from tracker.catalog import AccountInfo, VersionInfo
 from tracker.input_checks import RefusedInput, canonical_input, check_input, text_problem
 from tracker.keys import Target
 from tracker.keyset import PageKey

@@ -46,12 +46,12 @@ from bench.report import Repeated, machine, table
 from bench.stack import BenchStack, running_stack
 from conduit.runtime import run_async
 from core.ports import free_port
+from files.settings import FileSettings
+from files.store import FileStore
 from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.processes import Proc
 from tests.fixtures.s3_server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
 from tracker.capabilities import StreamUrlSettings
-from tracker.files.settings import FileSettings
-from tracker.files.store import FileStore
 
 MIB = 1024 * 1024
 CHUNK = 256 * 1024
@@ -169,7 +169,7 @@ class Client:
             raise RuntimeError(f"delete answered {answer.status_code}: {answer.text[:300]}")
 
     async def delivery_url(self, file: dict[str, Any]) -> str:
-        """The upload's delivery URL (``tracker.files.links``), signed with the stack's key."""
+        """The upload's delivery URL (``files.links``), signed with the stack's key."""
         signer = StreamUrlSettings().signer(self.redis)
         await signer.load()
         sig = signer.sign("file", file["id"], 0)

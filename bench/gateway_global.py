@@ -34,6 +34,7 @@ from pathlib import Path
 import grpc
 
 from bench.stack import running_stack
+from blocks.request_log import LogEntry
 from core.ids import new_request_id
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
@@ -43,7 +44,6 @@ from tests.fixtures.processes import Launcher
 from tests.fixtures.two_clusters import A_BLOCKS, B_BLOCKS, TwoClusters, two_clusters
 from tracker.db import make_engine
 from tracker.redis_connect import connect
-from tracker.request_log import LogEntry
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

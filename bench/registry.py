@@ -6,7 +6,7 @@ repo root, on a throwaway Postgres (:func:`conduit.services.local_services`) and
 migrated database. Each server has a region (one of 20), a cluster id, 1–3 tags of 10, a GPU
 flag, and ``--blocks`` published blocks whose metadata carries an algorithm type (one of 5)
 and a model name; all servers are alive. Each figure is p50/p99 in ms of ``--rounds`` calls of
-:mod:`tracker.registry` (through SQLAlchemy's async engine, as the api and gateway call it),
+:mod:`blocks.inference_servers` (through SQLAlchemy's async engine, as the api and gateway call it),
 the query's plan's first scan named beside it, so that an index is seen to be used.
 """
 
@@ -23,12 +23,12 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import inference_servers
+from blocks.mongo.filters import compile_filter
 from conduit.runtime import migrate
 from conduit.services import local_services
 from tests.fixtures.servers import create_database
-from tracker import registry
 from tracker.db import make_engine
-from tracker.mongo_json import compile_filter
 
 
 async def fill(engine: AsyncEngine, servers: int, blocks: int) -> None:
@@ -98,7 +98,7 @@ async def main(servers: int, blocks: int, rounds: int) -> None:
                 f"{servers} servers, {servers * blocks} published blocks,"
                 f" filled in {time.perf_counter() - started:.1f} s"
             )
-            some = (await registry.query(engine, {}, limit=1))[0]
+            some = (await inference_servers.query(engine, {}, limit=1))[0]
             filters: dict[str, Any] = {
                 "region equality": {"inference_server_metadata.region": "region-7"},
                 "zone and GPU (seed)": {
@@ -113,19 +113,19 @@ async def main(servers: int, blocks: int, rounds: int) -> None:
             rows = [
                 (
                     "get by id (baseline)",
-                    *await timed(rounds, lambda: registry.get(engine, some.id)),
+                    *await timed(rounds, lambda: inference_servers.get(engine, some.id)),
                     "Index Scan pk",
                 )
             ]
             for name, document in filters.items():
-                condition = compile_filter(document, "s.doc", registry.COLUMNS)
+                condition = compile_filter(document, "s.doc", inference_servers.COLUMNS)
                 scan = await first_scan(
                     engine,
                     f"SELECT s.id FROM inference_servers s WHERE {condition.text} LIMIT 100",
                     condition.params,
                 )
                 p50, p99, found = await timed(
-                    rounds, lambda d=document: registry.query(engine, d, limit=100)
+                    rounds, lambda d=document: inference_servers.query(engine, d, limit=100)
                 )
                 rows.append((f"query: {name} ({len(found)} found)", p50, p99, found, scan))
             seed_blocks = {
@@ -143,7 +143,7 @@ async def main(servers: int, blocks: int, rounds: int) -> None:
             ):
                 p50, p99, found = await timed(
                     rounds,
-                    lambda f=servers_filter: registry.search_blocks(
+                    lambda f=servers_filter: inference_servers.search_blocks(
                         engine, f, seed_blocks, limit=100
                     ),
                 )
@@ -152,7 +152,9 @@ async def main(servers: int, blocks: int, rounds: int) -> None:
                 block_id = (
                     await conn.execute(text("SELECT block_id FROM registry_blocks LIMIT 1"))
                 ).scalar_one()
-            p50, p99, _ = await timed(rounds, lambda: registry.block_owner(engine, block_id))
+            p50, p99, _ = await timed(
+                rounds, lambda: inference_servers.block_owner(engine, block_id)
+            )
             rows.append(
                 ("block owner lookup", p50, p99, None, "Index Scan ix_registry_blocks_block")
             )

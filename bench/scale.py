@@ -36,11 +36,12 @@ import redis.asyncio as aioredis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import writes as catalog_writes
 from conduit.runtime import migrate
 from conduit.services import local_services
 from director.queue import GROUP
 from tests.fixtures.servers import create_database
-from tracker import catalog_admin, keys, keyset, store
+from tracker import keys, keyset, store
 from tracker.batch_writes import _CLAIM, StateWrites
 from tracker.db import autocommit, make_engine
 
@@ -116,8 +117,8 @@ async def claim_by_join_only(engine: AsyncEngine, prediction_id: str) -> None:
 async def rows_section(url: str, sizes: list[int], rounds: int) -> None:
     engine = make_engine(url, pool_size=2)
     try:
-        account, _ = await catalog_admin.create_account(engine, "bench")
-        version = await catalog_admin.create_version(engine, "bench", "model", SCHEMA, None)
+        account, _ = await catalog_writes.create_account(engine, "bench")
+        version = await catalog_writes.create_version(engine, "bench", "model", SCHEMA, None)
         print(f"1. The predictions table ({rounds} calls each; one row in ten queued)")
         header = f"{'rows':>9} {'call':<44} {'p50 ms':>8} {'p99 ms':>8}"
         print(header)

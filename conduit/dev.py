@@ -26,7 +26,7 @@ from conduit.binaries import ServicesUnavailable
 from conduit.dev_exports import DevStack, banner, write_env_file
 from conduit.services import local_services
 from core.ports import free_port
-from tracker.files.settings import FileSettings
+from files.settings import FileSettings
 
 #: Where the local file store is when CONDUIT_FILES_DIR is unset (relative to the processes'
 #: directory, this one's).

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tracker.catalog import DeploymentInfo
+from catalog.lookups import DeploymentInfo
 from tracker.keys import Target
 
 

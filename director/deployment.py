@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.lookups import deployment_withdrawn
 from director.queue import Queue
-from tracker.catalog import deployment_withdrawn
 from tracker.keys import Target
 from tracker.priority import Priority
 from tracker.tables import Deployment, Model, Version
@@ -17,7 +17,7 @@ from tracker.tables import Deployment, Model, Version
 @dataclass(frozen=True, slots=True)
 class ServedDeployment:
     """The deployment a director serves: its streams and the limits of its runs (the api's
-    view of a deployment is ``tracker.catalog.DeploymentInfo``)."""
+    view of a deployment is ``catalog.lookups.DeploymentInfo``)."""
 
     name: str
     version_id: str

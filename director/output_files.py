@@ -1,7 +1,7 @@
-"""Where a run's output files go: the store behind :class:`tracker.files.service.Files`.
+"""Where a run's output files go: the store behind :class:`files.service.Files`.
 
 The receiver streams what runners upload (and the data URLs it takes out of webhooks) through
-:class:`OutputFiles`; a :class:`~tracker.files.data_urls.DataUrlKeeper` does the same for the
+:class:`OutputFiles`; a :class:`~files.data_urls.DataUrlKeeper` does the same for the
 output of a snapshot already parsed (a Conduit runner's snapshot stream). An output file that
 cannot be stored is output that cannot be kept: :func:`unkept_reason` words it, and the attempt
 fails the prediction with it (``Attempt.cannot_keep``).
@@ -19,8 +19,8 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, DataUrls, unkept_reason
-from tracker.files.links import delivery_file_id
+from files.data_urls import SAVE_ERRORS, DataUrlKeeper, DataUrls, unkept_reason
+from files.links import delivery_file_id
 
 __all__ = [
     "SAVE_ERRORS",

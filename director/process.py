@@ -20,6 +20,7 @@ import aiohttp
 import orjson
 from redis.asyncio import Redis
 
+from catalog.generation import CatalogGeneration
 from director.attempts import Attempt, Attempts
 from director.cancels import Suspicion
 from director.claims import Claims
@@ -46,16 +47,15 @@ from director.release_watch import ReleaseWatch
 from director.runner_monitor import RunnerMonitor
 from director.settings import DirectorSettings, Route
 from director.trainings import TrainingResults
+from files.links import FileLinks
+from files.service import Files
+from files.settings import FileSettings
 from protocol.client import RunnerClient, without_resends
 from tracker.batch_writes import StateWrites
 from tracker.capabilities import StreamUrlSettings
-from tracker.catalog_generation import CatalogGeneration
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.events import EventLog
-from tracker.files.links import FileLinks
-from tracker.files.service import Files
-from tracker.files.settings import FileSettings
 from tracker.ledger import Ledger
 from tracker.redis_connect import require_noeviction
 from tracker.render import PredictionLinks

@@ -57,8 +57,8 @@ from director.metrics import DirectorMetrics
 from director.output_files import SAVE_ERRORS, OutputStore, save_once, unkept_reason
 from director.snapshot_files import FileStart, ScanError, SnapshotScanner
 from director.webhook_body import BodyTooLarge, Reading, reduced_snapshot
+from files.store import TooLarge
 from protocol.documents import PredictionResponse
-from tracker.files.store import TooLarge
 
 log = logging.getLogger(__name__)
 

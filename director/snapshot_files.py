@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tracker.files.data_urls import file_name  # the names a parsed output's files get
+from files.data_urls import file_name  # the names a parsed output's files get
 
 #: Longest ``data:<mime>[;params];base64,`` header looked at; a longer one is kept as text.
 MAX_HEADER = 256

@@ -6,7 +6,7 @@ file comes as a data URL (stock Cog, no upload URL), or as a file the receiver a
 (an upload, or a large data URL it moved out): either way it is kept as *weights*, a file with
 no expiry that retention leaves alone (``Files.save_weights``, ``Files.keep_as_weights``). A URL
 of somewhere else is referenced as it is: the trainer chose to keep its weights there. The new
-version (``catalog_admin.create_trained_version``) is written before the training's end, so a
+version (``writes.create_trained_version``) is written before the training's end, so a
 training that reads ``succeeded`` always names a version that exists; its runner gets the
 weights as Cog expects them, in ``COG_WEIGHTS`` (see docs/tutorials/trainings.md).
 """
@@ -18,12 +18,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import writes
+from catalog.generation import CatalogGeneration
 from director.outcomes import OutputRefused
-from tracker import catalog_admin
-from tracker.catalog_generation import CatalogGeneration
-from tracker.files.data_urls import DataUrlKeeper
-from tracker.files.links import delivery_file_id
-from tracker.files.service import Files
+from files.data_urls import DataUrlKeeper
+from files.links import delivery_file_id
+from files.service import Files
 
 
 class TrainingUnpublished(OutputRefused):
@@ -68,7 +68,7 @@ class TrainingResults:
             )
         url = await self._keep(row, weights)
         try:
-            version = await catalog_admin.create_trained_version(
+            version = await writes.create_trained_version(
                 self.engine, row["version_id"], row["destination"], url, row["id"]
             )
         except LookupError as error:

@@ -37,8 +37,8 @@ from typing import Any
 
 import grpc
 
+from catalog.lookups import AccountInfo
 from gateway.errors import Unauthenticated, abort_with, status_of
-from tracker.catalog import AccountInfo
 
 #: Methods any client may call without a token; their messages are tiny.
 PUBLIC = frozenset(

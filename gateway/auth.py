@@ -1,5 +1,5 @@
 """Who a call is: the bearer token of its ``authorization`` metadata, checked by the rule the
-gateway shares with the api (:mod:`tracker.token_checks`).
+gateway shares with the api (:mod:`catalog.token_checks`).
 
 ``authorization: Bearer r8_...`` names an account through the catalog's token lookup. Verified
 tokens are served from memory; made-up ones are refused by their shape, or from a bounded
@@ -17,9 +17,9 @@ from typing import Any
 
 import grpc
 
+from catalog.lookups import AccountInfo
+from catalog.token_checks import Refused, TokenChecks, TooManyFailures, address_key
 from gateway.errors import ResourceExhausted, Unauthenticated
-from tracker.catalog import AccountInfo
-from tracker.token_checks import Refused, TokenChecks, TooManyFailures, address_key
 
 MISSING = "a bearer token is required (metadata `authorization: Bearer <token>`)"
 REFUSED = "the bearer token is not valid"
@@ -49,7 +49,7 @@ def peer_address(peer: str) -> str:
 
 
 class TokenAuth:
-    """A call's account, by the api's rule (:class:`tracker.token_checks.TokenChecks`), its
+    """A call's account, by the api's rule (:class:`catalog.token_checks.TokenChecks`), its
     refusals said as gRPC says them."""
 
     def __init__(self, tokens: TokenChecks) -> None:

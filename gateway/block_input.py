@@ -22,11 +22,11 @@ import mimetypes
 from collections.abc import AsyncIterator
 from typing import Any
 
+from files.quota import QuotaExceeded
+from files.service import Files, clean_content_type, clean_name
+from files.store import StoreUnavailable, TooLarge
 from gateway.errors import InvalidArgument, ResourceExhausted, Unavailable
 from gateway.task import InputFile, Task
-from tracker.files.quota import QuotaExceeded
-from tracker.files.service import Files, clean_content_type, clean_name
-from tracker.files.store import StoreUnavailable, TooLarge
 
 #: The input field a file goes to when its metadata names none.
 FILES_FIELD = "files"

@@ -10,8 +10,8 @@ Only a configured peer carries that metadata: a call whose account is one of
 ``peer_token``). From any other caller the ``x-conduit-origin-*`` and
 ``x-conduit-parent-request`` keys are ignored: its entry has no origin and no graph parent.
 
-An entry is bounded field by field (:func:`tracker.request_log.bounded_text`,
-:func:`~tracker.request_log.bounded_payload`: payloads at most ``log_max_data_bytes`` each);
+An entry is bounded field by field (:func:`blocks.request_log.bounded_text`,
+:func:`~blocks.request_log.bounded_payload`: payloads at most ``log_max_data_bytes`` each);
 an unauthenticated call's entry keeps no payload at all, only what names the call.
 """
 
@@ -27,15 +27,15 @@ from typing import Any
 
 import grpc
 
-from gateway.proto.inference_pb2 import BlockInferencePacket
-from tracker.catalog import AccountInfo
-from tracker.request_log import (
+from blocks.request_log import (
     ERROR_CHARS,
     KEY_CHARS,
     LogEntry,
     bounded_payload,
     bounded_text,
 )
+from catalog.lookups import AccountInfo
+from gateway.proto.inference_pb2 import BlockInferencePacket
 
 #: The request id of the ``infer`` call running in this context (None outside one).
 CURRENT_REQUEST: ContextVar[uuid.UUID | None] = ContextVar("conduit_request", default=None)

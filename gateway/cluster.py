@@ -1,4 +1,4 @@
-"""This gateway as its cluster's inference server in the registry (:mod:`tracker.registry`).
+"""This gateway as its cluster's inference server in the registry (:mod:`blocks.inference_servers`).
 
 With a cluster id (``CONDUIT_CLUSTER_ID``) the gateway registers itself when it starts: its
 address other clusters dial (``inference_server_public_url``), its name, tags and metadata
@@ -24,12 +24,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import blocks, inference_servers
+from blocks.inference_servers import InferenceServerRecord, PublishedBlock
 from core.periodic import Periodic
 from core.transient import TRANSIENT
 from gateway.quota import LIMIT_NAMES, QuotaLimits
 from gateway.settings import GatewaySettings
-from tracker import blocks, registry
-from tracker.registry import InferenceServerRecord, PublishedBlock
 
 log = logging.getLogger(__name__)
 
@@ -90,18 +90,20 @@ class ClusterMembership:
             await self._beats.stop()
         if self.server_id is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(registry.heartbeat(self.registry, self.server_id, 0), 5)
+                await asyncio.wait_for(
+                    inference_servers.heartbeat(self.registry, self.server_id, 0), 5
+                )
 
     async def _beat(self) -> None:
         if self.server_id is None:
             self.server_id = await self._register()
-        record = await registry.heartbeat(
+        record = await inference_servers.heartbeat(
             self.registry, self.server_id, self.interval * MISSED_BEATS
         )
         if record is None:  # deleted by an operator: register anew
             self.server_id, self._published = None, None
             self.server_id = await self._register()
-            record = await registry.heartbeat(
+            record = await inference_servers.heartbeat(
                 self.registry, self.server_id, self.interval * MISSED_BEATS
             )
             assert record is not None
@@ -113,7 +115,7 @@ class ClusterMembership:
             "inference_server_metadata.cluster_id": self.cluster_id,
             "inference_server_public_url": self.url,
         }
-        found = await registry.query(self.registry, mine, limit=1)
+        found = await inference_servers.query(self.registry, mine, limit=1)
         if found:
             log.info("registry: taking over server %s of cluster %s", found[0].id, self.cluster_id)
             return found[0].id
@@ -128,7 +130,7 @@ class ClusterMembership:
             "inference_server_tags": settings.server_tags,
             "inference_server_public_url": self.url,
         }
-        record = await registry.create(self.registry, doc)
+        record = await inference_servers.create(self.registry, doc)
         log.info("registry: registered server %s of cluster %s", record.id, self.cluster_id)
         return record.id
 
@@ -139,7 +141,7 @@ class ClusterMembership:
             for block_id, metadata, public in await blocks.published(self.blocks)
         ]
         if current != self._published:
-            await registry.publish_blocks(self.registry, self.server_id, current)
+            await inference_servers.publish_blocks(self.registry, self.server_id, current)
             self._published = current
 
     def _read(self, record: InferenceServerRecord) -> None:

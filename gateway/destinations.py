@@ -13,16 +13,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from blocks import blocks
+from blocks.blocks import BlockInfo
+from blocks.versions import served_now, version_of
+from catalog.cache import Catalog, TTLCache
+from catalog.lookups import AccountInfo, VersionInfo
 from core.transient import TRANSIENT
 from gateway.errors import NotFound, Unavailable
 from gateway.peers import RemoteBlock, RemoteBlocks
 from gateway.session_routes import SessionRoutes
 from gateway.task import block_id_of, session_id_of
-from tracker import blocks
-from tracker.block_versions import served_now, version_of
-from tracker.blocks import BlockInfo
-from tracker.catalog import AccountInfo, VersionInfo
-from tracker.catalog_cache import Catalog, TTLCache
 from tracker.fleet import FleetView
 from tracker.keys import Target
 

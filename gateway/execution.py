@@ -28,6 +28,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
+from blocks import named_graphs
+from catalog.lookups import AccountInfo
 from core.ids import new_prediction_id
 from director.submit import submit
 from gateway import block_input
@@ -48,8 +50,6 @@ from gateway.resources import GatewayResources
 from gateway.search_routes import SearchRoutes
 from gateway.session_routes import SessionRoutes, graph_digest
 from gateway.task import InputFile, Task
-from tracker import named_graphs
-from tracker.catalog import AccountInfo
 from tracker.events import EventType
 from tracker.input_checks import RefusedInput, canonical_input, check_input
 from tracker.rate_limits import CreateRateLimit, OverRate

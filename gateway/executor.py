@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from catalog.lookups import AccountInfo
 from gateway.task import Task
-from tracker.catalog import AccountInfo
 
 
 class OutputFile(NamedTuple):

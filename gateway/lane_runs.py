@@ -8,6 +8,9 @@ import asyncio
 import time
 from typing import Any
 
+from catalog.lookups import AccountInfo
+from files.data_urls import DataUrls
+from files.service import Files
 from gateway.destinations import Destination
 from gateway.errors import Aborted, Cancelled, ResourceExhausted, Unavailable
 from lane.errors import LaneNotRunning, OutOfCapacity, RunFailed, RunnerUnavailable
@@ -15,9 +18,6 @@ from lane.events import RejectReason
 from lane.request import Destination as LaneDestination
 from lane.request import Finished, RunRequest
 from lane.service import Lane
-from tracker.catalog import AccountInfo
-from tracker.files.data_urls import DataUrls
-from tracker.files.service import Files
 from tracker.input_checks import canonical_input
 from tracker.priority import Priority
 from tracker.states import Status

@@ -1,4 +1,4 @@
-"""Running a named graph (:mod:`tracker.named_graphs`): each step's input computed from its
+"""Running a named graph (:mod:`blocks.named_graphs`): each step's input computed from its
 mappings, on :func:`gateway.graph.run_graph`'s scheduler and shell.
 
 The steps become the nodes of a :class:`~gateway.graph_plan.GraphPlan` under one extra head,
@@ -33,13 +33,13 @@ from typing import Any, Generic, TypeVar
 
 from jmespath.exceptions import JMESPathError
 
+from blocks.graphs.expressions import Expression, truthy
+from blocks.graphs.schemas import StepBlock
+from blocks.graphs.specs import GraphSpec, RefusedGraph, StepSpec
+from blocks.named_graphs import GRAPH_ID, CompiledGraph, compile_graph, explain
 from gateway.errors import DeadlineExceeded, InvalidArgument
 from gateway.graph import StepFailed, StepRunner, run_graph
 from gateway.graph_plan import GraphPlan
-from tracker.graph_expressions import Expression, truthy
-from tracker.graph_schemas import StepBlock
-from tracker.graph_specs import GraphSpec, RefusedGraph, StepSpec
-from tracker.named_graphs import GRAPH_ID, CompiledGraph, compile_graph, explain
 
 __all__ = [
     "GRAPH_ID",

@@ -39,6 +39,7 @@ from typing import Any
 
 import grpc
 
+from catalog.lookups import AccountInfo
 from gateway.admission import caller
 from gateway.errors import DeadlineExceeded, NotFound, abort_with, status_of
 from gateway.executor import Executor
@@ -71,7 +72,6 @@ from gateway.proto.grpc_service_pb2 import (
 from gateway.quota import Quota
 from gateway.settings import GatewaySettings
 from gateway.task import Task
-from tracker.catalog import AccountInfo
 
 log = logging.getLogger(__name__)
 SERVICE = DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name

@@ -19,13 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from blocks import named_graphs
+from blocks.named_graphs import GRAPH_ID
+from blocks.versions import find_block_version
+from catalog.cache import Catalog, TTLCache
+from catalog.lookups import AccountInfo, VersionInfo
 from gateway.oip_tensors import OUTPUT
 from gateway.task import target_of
-from tracker import named_graphs
-from tracker.block_versions import find_block_version
-from tracker.catalog import AccountInfo, VersionInfo
-from tracker.catalog_cache import Catalog, TTLCache
-from tracker.named_graphs import GRAPH_ID
 
 PLATFORM = "cog"
 GRAPH_PLATFORM = "conduit-graph"

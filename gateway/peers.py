@@ -1,7 +1,7 @@
 """Blocks of other clusters, run through their gateways over gRPC.
 
 A block this cluster does not have may be one another cluster publishes in the shared registry
-(:func:`tracker.registry.block_owner`: public blocks only); :class:`RemoteBlocks` finds it
+(:func:`blocks.inference_servers.block_owner`: public blocks only); :class:`RemoteBlocks` finds it
 (remembered ``cache_ttl`` seconds, as local blocks are). :class:`Peers` runs a task on it:
 ``infer`` on that cluster's gateway, on one channel per cluster address kept for the process's
 life, with the time left of the caller's deadline as the call's deadline, this gateway's
@@ -25,14 +25,14 @@ from typing import Any
 import grpc
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import inference_servers
+from catalog.cache import TTLCache
+from catalog.lookups import AccountInfo
 from gateway.call_log import CURRENT_REQUEST, ORIGIN_ACCOUNT, ORIGIN_CLUSTER, PARENT_REQUEST
 from gateway.errors import DeadlineExceeded, GatewayError, Unavailable
 from gateway.proto.inference_pb2 import AIOSPacket, BlockInferencePacket, FileInfo
 from gateway.settings import GatewaySettings
 from gateway.task import InputFile
-from tracker import registry
-from tracker.catalog import AccountInfo
-from tracker.catalog_cache import TTLCache
 
 METHOD = "/BlockInferenceService/infer"
 
@@ -68,7 +68,9 @@ class RemoteBlocks:
         return await self._owners.get(block_id, lambda: self._load(block_id))
 
     async def _load(self, block_id: str) -> RemoteBlock | None:
-        server = await registry.block_owner(self.engine, block_id, exclude_cluster=self.cluster_id)
+        server = await inference_servers.block_owner(
+            self.engine, block_id, exclude_cluster=self.cluster_id
+        )
         if server is None or server.cluster_id is None or not server.public_url:
             return None
         return RemoteBlock(block_id, server.cluster_id, server.public_url, server.status == "alive")

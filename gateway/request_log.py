@@ -1,4 +1,4 @@
-"""Writing the request log (:mod:`tracker.request_log`) off the hot path.
+"""Writing the request log (:mod:`blocks.request_log`) off the hot path.
 
 A call's entry goes into a bounded in-memory queue (``log_queue`` entries) and the call goes
 on: inference never waits on the log. One task takes what is queued, up to ``log_batch`` at a
@@ -25,9 +25,9 @@ import psycopg
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks.request_log import LogEntry, NoPartition, copy_entries, maintain_partitions
 from core.periodic import Periodic
 from core.transient import TRANSIENT, past_database_limit
-from tracker.request_log import LogEntry, NoPartition, copy_entries, maintain_partitions
 
 log = logging.getLogger(__name__)
 

@@ -12,20 +12,20 @@ from redis.asyncio import Redis
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.cache import Catalog
+from catalog.generation import CatalogGeneration
 from director.queue import Queue
+from files.links import FileLinks
+from files.service import Files
+from files.settings import FileSettings
 from gateway.peers import Peers, RemoteBlocks
 from gateway.settings import GatewaySettings
 from lane.service import Lane
 from lane.settings import LaneSettings
 from tracker.capabilities import StreamUrlSettings
-from tracker.catalog_cache import Catalog
-from tracker.catalog_generation import CatalogGeneration
 from tracker.db import make_engine
 from tracker.event_hub import EventHub
 from tracker.events import EventLog
-from tracker.files.links import FileLinks
-from tracker.files.service import Files
-from tracker.files.settings import FileSettings
 from tracker.fleet import FleetView
 from tracker.group_commit import Batcher
 from tracker.redis_connect import connect as connect_redis

@@ -23,8 +23,8 @@ the clusters publish: ``id`` is the block id, any other variable a path into the
 metadata (``component.metadata.algorithmType``). ``LIKE`` is SQL's (``%``, ``_``); a pattern
 without ``%`` matches anywhere in the value (``"gpt"`` is ``"%gpt%"``).
 
-Each query becomes a MongoDB filter (:mod:`tracker.mongo_json`), and both run in one SQL
-statement over the registry (:func:`tracker.registry.search_blocks`), live servers only. Of
+Each query becomes a MongoDB filter (:mod:`blocks.mongo.filters`), and both run in one SQL
+statement over the registry (:func:`blocks.inference_servers.search_blocks`), live servers only. Of
 the blocks found, this cluster's count only if the account may use them, another cluster's
 only if public; the ranking policy (:mod:`gateway.ranking`) orders them and the first is the
 task's. The choice is kept for the session (``session_id → block_id, connection``) for
@@ -40,9 +40,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from blocks.mongo.filters import MongoError
 from gateway.errors import InvalidArgument, NotFound
 from gateway.ranking import Candidate, Policies, RankingContext, UnknownPolicy
-from tracker.mongo_json import MongoError
 
 ROOT = "query_parameters.body.values"
 RULE = f"{ROOT}.rankingPolicyRule.values"

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import inference_servers
+from catalog.lookups import AccountInfo
 from director.queue import Queue
 from gateway.destinations import Destination, Destinations
 from gateway.errors import FailedPrecondition
@@ -15,8 +17,6 @@ from gateway.ranking import Candidate
 from gateway.search import BlockSearch, Found, parse_query
 from gateway.session_routes import SessionRoutes
 from gateway.task import Task
-from tracker import registry
-from tracker.catalog import AccountInfo
 
 
 class SearchRoutes:
@@ -39,7 +39,7 @@ class SearchRoutes:
             engine = registry_engine
 
             async def search(servers: object, blocks: object) -> list[Found]:
-                found = await registry.search_blocks(engine, servers, blocks)
+                found = await inference_servers.search_blocks(engine, servers, blocks)
                 return [
                     Found(
                         f.block_id,
@@ -52,7 +52,7 @@ class SearchRoutes:
                 ]
 
             async def count(servers: object) -> int:
-                return await registry.count_alive(engine, servers)
+                return await inference_servers.count_alive(engine, servers)
 
             self.search = BlockSearch(cluster_id, search, count)
 

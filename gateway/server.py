@@ -25,6 +25,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.lookups import account_for_token
+from catalog.token_checks import TokenChecks
 from core.ids import new_request_id
 from core.metrics import MetricsServer
 from gateway import oip
@@ -44,9 +46,7 @@ from gateway.resources import GatewayResources, open_resources
 from gateway.sessions import Sessions
 from gateway.settings import GatewaySettings
 from gateway.task import FileLimits, parse_packet
-from tracker.catalog import account_for_token
 from tracker.db import make_engine
-from tracker.token_checks import TokenChecks
 
 log = logging.getLogger(__name__)
 SERVICE = DESCRIPTOR.services_by_name["BlockInferenceService"].full_name

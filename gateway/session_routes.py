@@ -20,8 +20,8 @@ from typing import Any
 import orjson
 from redis.asyncio import Redis
 
+from blocks.blocks import BlockInfo
 from core.transient import TRANSIENT
-from tracker.blocks import BlockInfo
 from tracker.keys import session_keys
 
 log = logging.getLogger(__name__)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from blocks.blocks import BLOCK_ID
+from blocks.named_graphs import GRAPH_ID
 from core.nesting import DEPTH_CEILING, MAX_DEPTH, TooDeep, parse_json
 from gateway.errors import InvalidArgument, ResourceExhausted
 from gateway.proto.inference_pb2 import BlockInferencePacket
-from tracker.blocks import BLOCK_ID
-from tracker.named_graphs import GRAPH_ID
 
 #: Longest ``session_id`` taken.
 MAX_SESSION_ID = 256

@@ -1,5 +1,5 @@
 """A run's output as the api answers and records it: each data URL above the files'
-``inline_max`` moved into the file store (:mod:`tracker.files.data_urls`), as the durable path
+``inline_max`` moved into the file store (:mod:`files.data_urls`), as the durable path
 does, before an answer or an ``output`` event leaves; smaller ones stay inline.
 
 An output file that cannot be stored fails the run with the reason
@@ -8,9 +8,9 @@ An output file that cannot be stored fails the run with the reason
 
 from __future__ import annotations
 
+from files.data_urls import SAVE_ERRORS, DataUrlKeeper, DataUrls, unkept_reason
 from protocol.documents import PredictionResponse
 from protocol.values import RunnerStatus
-from tracker.files.data_urls import SAVE_ERRORS, DataUrlKeeper, DataUrls, unkept_reason
 
 
 class OutputNotKept(Exception):

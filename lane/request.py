@@ -11,8 +11,8 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from files.data_urls import DataUrls
 from protocol.values import Priority
-from tracker.files.data_urls import DataUrls
 
 #: ``(event, data, id)``: one event of a streamed run (the prediction stream's names).
 StreamEvent = tuple[str, str, str]

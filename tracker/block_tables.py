@@ -1,5 +1,5 @@
-"""The gateway's tables: published blocks and named graphs (``tracker.blocks``,
-``tracker.named_graphs``). On ``Base``'s metadata beside the domain's."""
+"""The gateway's tables: published blocks and named graphs (``blocks.blocks``,
+``blocks.named_graphs``). On ``Base``'s metadata beside the domain's."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from tracker.tables import Base, jsonb_path_index, now_column
 
 class Block(Base):
     """A deployment, or a model version, published as a block (``blk-…``) that the inference
-    gateway runs by id. Who may use it is who may use what it names (``tracker.blocks``)."""
+    gateway runs by id. Who may use it is who may use what it names (``blocks.blocks``)."""
 
     __tablename__ = "blocks"
     __table_args__ = (
@@ -46,7 +46,7 @@ class Block(Base):
 
 class Graph(Base):
     """A named graph of blocks (``gph-…``), registered by an account with field mappings and
-    conditions (:mod:`tracker.named_graphs`); only that account reads, runs or deletes it."""
+    conditions (:mod:`blocks.named_graphs`); only that account reads, runs or deletes it."""
 
     __tablename__ = "graphs"
     __table_args__ = (

@@ -17,7 +17,7 @@ anything is stored:
 Validated: Cog writes OpenAPI 3.0 schemas, with ``nullable: true`` instead of a null type, and
 ``$ref``s into ``components.schemas`` (enums for ``choices``). They are turned into plain JSON
 Schema once per version, and the catalog keeps the compiled validator
-(:mod:`tracker.catalog_cache`).
+(:mod:`catalog.cache`).
 
 A refusal is :class:`RefusedInput`, naming each field under ``root`` (``input.<path>`` unless
 told otherwise); each front end answers it in its own terms.

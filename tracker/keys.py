@@ -72,7 +72,7 @@ EPOCH_KEY = "conduit:epoch"
 CANCEL_CHANNEL = "cancel:predictions"
 STREAM_SIGNING_KEY = "conduit:stream-signing-key"
 #: Bumped by every write to the catalogue (models, versions, deployments, grants): each
-#: process's catalogue cache reloads what it cached before (``tracker.catalog_cache``).
+#: process's catalogue cache reloads what it cached before (``catalog.cache``).
 CATALOG_GENERATION_KEY = "conduit:catalog-generation"
 
 

@@ -1,4 +1,4 @@
-"""The registry's tables (:mod:`tracker.registry`): inference servers and the blocks each
+"""The registry's tables (:mod:`blocks.inference_servers`): inference servers and the blocks each
 cluster's gateway publishes. On :data:`tracker.tables.Base`'s metadata like every table."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from tracker.tables import Base, jsonb_path_index, now_column
 
 
 class InferenceServer(Base):
-    """An inference server of the registry (:mod:`tracker.registry`): the record's own fields
-    as one JSONB document, which MongoDB-style filters and updates are translated to SQL over
-    (:mod:`tracker.mongo_json`); the id and the times the server keeps in columns."""
+    """An inference server of the registry (:mod:`blocks.inference_servers`): the record's own
+    fields as one JSONB document, which MongoDB-style filters and updates are translated to SQL over
+    (:mod:`blocks.mongo.filters`); the id and the times the server keeps in columns."""
 
     __tablename__ = "inference_servers"
     __table_args__ = (
@@ -31,13 +31,13 @@ class InferenceServer(Base):
     registered_at: Mapped[datetime] = now_column()
     updated_at: Mapped[datetime] = now_column()
     #: The last heartbeat (None: the server never sent one), and the seconds it stays alive
-    #: without the next (:mod:`tracker.registry`).
+    #: without the next (:mod:`blocks.inference_servers`).
     heartbeat_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     heartbeat_grace: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class RegistryBlock(Base):
-    """A block a cluster's gateway publishes in the registry (:mod:`tracker.registry`), so
+    """A block a cluster's gateway publishes in the registry (:mod:`blocks.inference_servers`), so
     that search reaches other clusters' blocks and a block id finds the cluster that runs it."""
 
     __tablename__ = "registry_blocks"

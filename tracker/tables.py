@@ -341,7 +341,7 @@ class UsageRecord(Base):
 
 class File(Base):
     """A file's record: who owns it, what it is and when it goes. Its bytes live in the file
-    store (``tracker.files``) under ``storage_key``; the row is written only once the store
+    store (``files``) under ``storage_key``; the row is written only once the store
     holds every byte."""
 
     __tablename__ = "files"

@@ -1,4 +1,4 @@
-"""predictions: a partial index for the retention sweep (``tracker.files.retention``)
+"""predictions: a partial index for the retention sweep (``files.retention``)
 
 The sweep looks for finished predictions whose data is still kept, oldest first; the index
 holds only those rows (``WHERE NOT data_removed``), so it stays small however many old

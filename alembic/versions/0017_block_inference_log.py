@@ -4,7 +4,7 @@ retention policy instead when the ``timescaledb`` extension is installed in the 
 
 A new table only, written by gateways that log (``CONDUIT_GATEWAY_LOG``): live-safe. The
 partitions are made (and dropped past the retention) by the gateways that write it
-(:mod:`tracker.request_log`).
+(:mod:`blocks.request_log`).
 
 Revision ID: 0017
 Revises: 0016

@@ -18,7 +18,7 @@ from api.ops.filters import PredictionFilter
 from api.ops.sessions import COOKIE, LOGIN_COOKIE, Role, same_token
 from api.ops.tasks import spawn
 from api.ops.web import page
-from tracker import catalog
+from catalog import lookups
 
 router = APIRouter(prefix="/ops", include_in_schema=False)
 
@@ -47,7 +47,7 @@ async def login(
         raise RateLimited("Too many failed sign-ins from your address.", retry_after=wait)
     if not same_token(csrf, request.cookies.get(LOGIN_COOKIE, "")) or not same_origin(request):
         return _see("/ops/login?next=" + quote(safe_next(next)))
-    account = await catalog.account_for_token(resources.engine, token.strip())
+    account = await lookups.account_for_token(resources.engine, token.strip())
     role = None
     if account is not None and account.active:
         is_admin, ops_role = await reads.ops_role(resources.engine, account.id)

@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse
 from api.ops.access import OpenedDep, SessionDep
 from api.ops.filters import parse_time
 from api.ops.web import page
-from tracker import registry, request_log
+from blocks import inference_servers, request_log
 
 router = APIRouter(prefix="/ops", include_in_schema=False)
 LOG_PAGE = 100
@@ -19,7 +19,7 @@ LOG_PAGE = 100
 
 @router.get("/gateway")
 async def gateway(request: Request, session: SessionDep, resources: OpenedDep) -> HTMLResponse:
-    servers = await registry.query(resources.engine, {}, limit=200)
+    servers = await inference_servers.query(resources.engine, {}, limit=200)
     query = request.query_params
     search = {
         k: (query.get(k) or "").strip()[:200] for k in ("session", "block", "request", "since")
@@ -49,7 +49,7 @@ async def gateway(request: Request, session: SessionDep, resources: OpenedDep) -
         request,
         "gateway.html",
         session,
-        servers=[registry.render(s) for s in servers],
+        servers=[inference_servers.render(s) for s in servers],
         search=search,
         notes=notes,
         logs=logs,

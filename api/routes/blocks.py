@@ -2,10 +2,10 @@
 inference gateway runs by id; list, get and delete.
 
 The caller publishes what it manages (its own; an admin account anything); the block belongs
-to the owner of what it names, whoever published it (``tracker.blocks.create``), and is deleted
+to the owner of what it names, whoever published it (``blocks.blocks.create``), and is deleted
 by whoever manages that owner's things (its owner, an admin account). An account reads its own
 blocks and those it may use, which are those whose deployment (or model) it may use
-(``tracker.blocks``); any other answers 404, exactly as a block that does not exist.
+(``blocks.blocks``); any other answers 404, exactly as a block that does not exist.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from api.deps import AccountDep, Resources, ResourcesDep
 from api.errors import Forbidden, InvalidInput, NotFound, Problem
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
-from tracker import blocks, catalog
-from tracker.blocks import BlockInfo
-from tracker.catalog import AccountInfo
+from blocks import blocks
+from blocks.blocks import BlockInfo
+from catalog import lookups
+from catalog.lookups import AccountInfo
 from tracker.keyset import PageKey
 from tracker.render import iso
 
@@ -114,10 +115,10 @@ async def _deployment_id(resources: Resources, account: AccountInfo, name: str) 
     owner, sep, short = name.partition("/")
     if not sep or not owner or not short or "/" in short:
         raise _field_error("deployment", "must be owner/name")
-    found = await catalog.get_deployment(resources.engine, owner, short)
+    found = await lookups.get_deployment(resources.engine, owner, short)
     if found is None:
         raise unknown
-    if catalog.manages(account, found.owner):
+    if lookups.manages(account, found.owner):
         return found.id
     if await resources.catalog.deployment(account, owner, short) is None:
         raise unknown
@@ -127,10 +128,10 @@ async def _deployment_id(resources: Resources, account: AccountInfo, name: str) 
 async def _version_id(resources: Resources, account: AccountInfo, version: str) -> str:
     """A model version the caller may publish, by the same rules (its model's owner)."""
     unknown = _field_error("version", f"Version {version} does not exist")
-    found = await catalog.get_version(resources.engine, version)
+    found = await lookups.get_version(resources.engine, version)
     if found is None:
         raise unknown
-    if catalog.manages(account, found.model.partition("/")[0]):
+    if lookups.manages(account, found.model.partition("/")[0]):
         return found.id
     if await resources.catalog.version(account, version) is None:
         raise unknown
@@ -228,7 +229,7 @@ async def delete_block(block_id: str, account: AccountDep, resources: ResourcesD
     block = await blocks.find(resources.engine, account, block_id, resources.catalog.grants)
     if block is None:
         raise NotFound(f"Block {block_id} not found")
-    if not catalog.manages(account, block.owner):
+    if not lookups.manages(account, block.owner):
         raise Forbidden(f"Block {block_id} is not yours: only its owner may delete it")
     if await blocks.delete_block(resources.engine, block_id, block.account_id):
         return Response(status_code=204)

@@ -1,12 +1,12 @@
 """Files: ``POST /v1/files`` (upload), list, get, delete, and the delivery URL that serves a
-file's bytes without a token (``tracker.files.links``).
+file's bytes without a token (``files.links``).
 
 An upload is read as a stream (``api.form_stream``) and goes into the file store chunk by
 chunk: the body is never held whole, on disk or in memory, by the api. Two shapes are taken,
 those of the official clients: a file part ``content``, and an optional ``metadata`` part with
 a JSON object, as a text field (Python) or as a file part of type ``application/json`` (JS).
 The api's body limit does not apply here; ``CONDUIT_FILES_MAX_BYTES`` does (413 ``content``),
-and each account's quotas (``tracker.files.quota``: 403 or 413 ``file_quota``) and rate of
+and each account's quotas (``files.quota``: 403 or 413 ``file_quota``) and rate of
 uploads (429). A refused body is not read to its end, nor is anything after the closing
 boundary: such an answer closes the connection.
 """
@@ -38,11 +38,11 @@ from api.openapi import operation, problems
 from api.protocol import check_storable
 from api.responses import FastJSONResponse
 from core.nesting import TooDeep
-from tracker.files.links import FileLinks, render_file
-from tracker.files.quota import QuotaExceeded
-from tracker.files.records import FileRecord
-from tracker.files.service import Files, LinkExpired, NoSuchFile, content_type_problem
-from tracker.files.store import StoreUnavailable, TooLarge
+from files.links import FileLinks, render_file
+from files.quota import QuotaExceeded
+from files.records import FileRecord
+from files.service import Files, LinkExpired, NoSuchFile, content_type_problem
+from files.store import StoreUnavailable, TooLarge
 from tracker.keyset import PageKey
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)

@@ -1,5 +1,5 @@
 """Named graphs: ``POST /v1/graphs`` registers a graph of blocks with field mappings, ``when``
-conditions and per-step timeouts (:mod:`tracker.named_graphs`), which the inference gateway
+conditions and per-step timeouts (:mod:`blocks.named_graphs`), which the inference gateway
 runs by id; list, get, delete, and ``POST /v1/graphs/{id}/explain``, a dry run.
 
 Registration checks the spec whole and answers every fault at once (422, each naming its
@@ -22,12 +22,12 @@ from api.deps import AccountDep, Resources, ResourcesDep
 from api.errors import Conflict, InvalidInput, NotFound, invalid_input
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
-from tracker import named_graphs
-from tracker.block_versions import BlockVersion, find_block_version, served_now
-from tracker.catalog import AccountInfo
+from blocks import named_graphs
+from blocks.named_graphs import CompiledGraph, GraphNameTaken, RefusedGraph, StoredGraph
+from blocks.versions import BlockVersion, find_block_version, served_now
+from catalog.lookups import AccountInfo
 from tracker.input_checks import RefusedInput, canonical_input
 from tracker.keyset import PageKey
-from tracker.named_graphs import CompiledGraph, GraphNameTaken, RefusedGraph, StoredGraph
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 

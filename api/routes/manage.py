@@ -2,7 +2,7 @@
 
 Who may see a thing is settled first, as the reads settle it (``api.routes.models``): one the
 caller may not see answers 404 exactly like a name that does not exist. Whether it may change
-it, and what a delete must wait for, is :mod:`tracker.management`'s. A ``hardware`` must be a
+it, and what a delete must wait for, is :mod:`catalog.management`'s. A ``hardware`` must be a
 class the fleet has now (``GET /v1/hardware``). Registering a version stays an operator's act
 (``conduit admin create-model --runner-url``): a version is what a runner serves.
 """
@@ -30,8 +30,8 @@ from api.routes.models import (
 )
 from api.schemas import Deployment, Model
 from api.serving import MODEL_NAME
-from tracker import management
-from tracker.catalog import DeploymentInfo
+from catalog import management
+from catalog.lookups import DeploymentInfo
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 
@@ -82,7 +82,7 @@ class DeploymentUpdate(_Body):
 
 
 def _problem(error: Exception) -> Problem:
-    """What :mod:`tracker.management` raised, as the problem the client gets."""
+    """What :mod:`catalog.management` raised, as the problem the client gets."""
     if isinstance(error, management.Refused):
         return InvalidInput(str(error), errors=[{"field": error.field, "message": error.message}])
     if isinstance(error, management.InUse):
@@ -103,7 +103,7 @@ _DELETE: dict[str, Any] = {
 
 @contextlib.contextmanager
 def _refusals() -> Iterator[None]:
-    """What :mod:`tracker.management` refuses, answered as its problem."""
+    """What :mod:`catalog.management` refuses, answered as its problem."""
     try:
         yield
     except _FAILURES as error:

@@ -19,8 +19,8 @@ from api.responses import FastJSONResponse
 from api.routes import hardware
 from api.routes.account import render_account
 from api.schemas import Deployment, DeploymentPage, Model, ModelPage, Version, VersionPage
-from tracker import catalog
-from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
+from catalog import lookups
+from catalog.lookups import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
 from tracker.keyset import PageKey
 from tracker.render import iso
 
@@ -133,9 +133,9 @@ async def latest_version(resources: Resources, model: ModelInfo) -> VersionInfo 
     return found[0] if found is not None else None
 
 
-def _position(key: PageKey) -> catalog.Position:
+def _position(key: PageKey) -> lookups.Position:
     try:
-        return catalog.Position(key.created_at, int(key.id))
+        return lookups.Position(key.created_at, int(key.id))
     except ValueError as error:
         raise InvalidRequest("The cursor is not valid.") from error
 
@@ -154,7 +154,7 @@ async def _page(
     url: str,
     read: Callable[..., Awaitable[list[_Listed]]],
 ) -> tuple[Sequence[_Listed], str | None, str | None]:
-    """One page of a newest-first list (``read``: ``catalog.list_models`` or
+    """One page of a newest-first list (``read``: ``lookups.list_models`` or
     ``list_deployments``) and its next and previous URLs (``url``, a cursor appended)."""
     limit = resources.settings.page_size
     after, before = serving.read_cursor(cursor)
@@ -180,7 +180,7 @@ async def list_models(
     """The models this account may see (public ones, its own, those granted), newest first."""
     base = resources.base_url(request)
     page, next_url, previous_url = await _page(
-        resources, account, cursor, f"{base}/v1/models", catalog.list_models
+        resources, account, cursor, f"{base}/v1/models", lookups.list_models
     )
     results = [render_model(model, await latest_version(resources, model), base) for model in page]
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})
@@ -200,7 +200,7 @@ async def list_model_versions(
     owner: str, name: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
     model = await visible_model(resources, account, owner, name)
-    ids = await catalog.list_versions(resources.engine, model.id)
+    ids = await lookups.list_versions(resources.engine, model.id)
     results = [render_version(await _version(resources, account, model, v)) for v in ids]
     return FastJSONResponse({"next": None, "previous": None, "results": results})
 
@@ -226,7 +226,7 @@ async def list_deployments(
     first."""
     base = resources.base_url(request)
     page, next_url, previous_url = await _page(
-        resources, account, cursor, f"{base}/v1/deployments", catalog.list_deployments
+        resources, account, cursor, f"{base}/v1/deployments", lookups.list_deployments
     )
     results = await rendered_deployments(resources, page)
     return FastJSONResponse({"next": next_url, "previous": previous_url, "results": results})

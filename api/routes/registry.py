@@ -1,8 +1,9 @@
 """The registry of inference servers, at the seed's own paths: ``POST /inference_server``
 registers one, ``GET|PUT|DELETE /inference_server/{id}`` reads, updates (a MongoDB update
 document) and deletes it, ``POST /inference_servers`` finds them by a MongoDB filter
-(:mod:`tracker.registry`). ``POST /inference_server/{id}/heartbeat`` keeps a server ``alive``
-for the grace it names; without the next beat it is marked ``dead`` and no longer routed to.
+(:mod:`blocks.inference_servers`). ``POST /inference_server/{id}/heartbeat`` keeps a server
+``alive`` for the grace it names; without the next beat it is marked ``dead`` and no longer
+routed to.
 
 Any account reads the registry; only an admin account writes it (403 otherwise). A filter or
 update the registry cannot apply is a 400 naming where it is (``filter.inference_server_tags.$x``).
@@ -21,11 +22,11 @@ from api.deps import AccountDep, ResourcesDep
 from api.errors import Forbidden, InvalidInput, InvalidRequest, NotFound
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
+from blocks import inference_servers
+from blocks.mongo.filters import MongoError
+from blocks.mongo.updates import parse_update
+from catalog.lookups import AccountInfo
 from core.nesting import TooDeep, check_depth
-from tracker import registry
-from tracker.catalog import AccountInfo
-from tracker.mongo_json import MongoError
-from tracker.mongo_updates import parse_update
 
 router = APIRouter(default_response_class=FastJSONResponse)
 
@@ -125,9 +126,9 @@ async def register_inference_server(
 ) -> FastJSONResponse:
     """Register an inference server; the server draws its ``inference_server_id``."""
     _require_admin(account)
-    record = await registry.create(resources.engine, _storable(body.model_dump()))
+    record = await inference_servers.create(resources.engine, _storable(body.model_dump()))
     return FastJSONResponse(
-        registry.render(record),
+        inference_servers.render(record),
         status_code=201,
         headers={"Location": _location(record.id, request, resources)},
     )
@@ -142,10 +143,10 @@ async def register_inference_server(
 async def get_inference_server(
     server_id: str, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    record = await registry.get(resources.engine, server_id)
+    record = await inference_servers.get(resources.engine, server_id)
     if record is None:
         raise NotFound(f"Inference server {server_id} not found")
-    return FastJSONResponse(registry.render(record))
+    return FastJSONResponse(inference_servers.render(record))
 
 
 @router.put(
@@ -163,12 +164,12 @@ async def update_inference_server(
     """Update a server with a MongoDB update document, applied by Postgres in one statement."""
     _require_admin(account)
     try:
-        record = await registry.update(resources.engine, server_id, parse_update(update))
+        record = await inference_servers.update(resources.engine, server_id, parse_update(update))
     except MongoError as error:
         raise _refused(error) from None
     if record is None:
         raise NotFound(f"Inference server {server_id} not found")
-    return FastJSONResponse(registry.render(record))
+    return FastJSONResponse(inference_servers.render(record))
 
 
 @router.delete(
@@ -181,7 +182,7 @@ async def delete_inference_server(
     server_id: str, account: AccountDep, resources: ResourcesDep
 ) -> Response:
     _require_admin(account)
-    if await registry.delete(resources.engine, server_id):
+    if await inference_servers.delete(resources.engine, server_id):
         return Response(status_code=204)
     raise NotFound(f"Inference server {server_id} not found")
 
@@ -200,10 +201,12 @@ async def heartbeat_inference_server(
 ) -> FastJSONResponse:
     """The server is alive for ``grace`` seconds from now."""
     _require_admin(account)
-    record = await registry.heartbeat(resources.engine, server_id, (body or Heartbeat()).grace)
+    record = await inference_servers.heartbeat(
+        resources.engine, server_id, (body or Heartbeat()).grace
+    )
     if record is None:
         raise NotFound(f"Inference server {server_id} not found")
-    return FastJSONResponse(registry.render(record))
+    return FastJSONResponse(inference_servers.render(record))
 
 
 @router.post(
@@ -220,7 +223,7 @@ async def query_inference_servers(
 ) -> FastJSONResponse:
     """The servers a MongoDB filter matches, oldest registration first."""
     try:
-        found = await registry.query(resources.engine, document, limit)
+        found = await inference_servers.query(resources.engine, document, limit)
     except MongoError as error:
         raise _refused(error) from None
-    return FastJSONResponse({"results": [registry.render(record) for record in found]})
+    return FastJSONResponse({"results": [inference_servers.render(record) for record in found]})

@@ -1,4 +1,4 @@
-"""The gateway's request log (:mod:`tracker.request_log`), at the seed's own paths:
+"""The gateway's request log (:mod:`blocks.request_log`), at the seed's own paths:
 ``GET /logs/session/{session_id}``, ``/logs/request/{request_id}``, ``/logs/block/{block_id}``
 and ``/logs/session_block?session_id=&block_id=``.
 
@@ -23,7 +23,7 @@ from api.deps import AccountDep, ResourcesDep
 from api.errors import InvalidRequest
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
-from tracker import request_log
+from blocks import request_log
 from tracker.render import iso
 
 router = APIRouter(default_response_class=FastJSONResponse)

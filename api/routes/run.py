@@ -50,14 +50,14 @@ from api.prefer import disconnected
 from api.priority import honoured, parse_priority_header
 from api.protocol import check_storable
 from api.responses import FastJSONResponse
+from catalog.lookups import AccountInfo
 from core.logs import REQUEST_ID
 from core.nesting import DEPTH_CEILING
+from files.data_urls import DataUrls
 from lane.errors import LaneNotRunning
 from lane.request import Destination, Finished, RunRequest, Streamed
 from lane.service import Lane
 from protocol.values import Priority
-from tracker.catalog import AccountInfo
-from tracker.files.data_urls import DataUrls
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 

@@ -27,8 +27,8 @@ from api.responses import FastJSONResponse
 from api.routes.models import visible_model
 from api.schemas import Training, TrainingPage
 from api.serving import MODEL_NAME
-from tracker import catalog
-from tracker.catalog import AccountInfo, VersionInfo
+from catalog import lookups
+from catalog.lookups import AccountInfo, VersionInfo
 from tracker.input_checks import build_validator
 from tracker.keys import Target
 from tracker.render import render_training
@@ -66,7 +66,7 @@ async def _destination(resources: Resources, account: AccountInfo, name: str) ->
     model = await resources.catalog.model(account, found["owner"], found["name"])
     if model is None:
         raise NotFound(NO_DESTINATION)
-    if not catalog.manages(account, model.owner):
+    if not lookups.manages(account, model.owner):
         raise Forbidden(f"Only {model.owner} may train into {name}")
     return f"{model.owner}/{model.name}"
 

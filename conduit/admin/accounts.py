@@ -8,11 +8,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import accounts, writes
+from catalog.accounts import AccountSummary
 from conduit.admin.collection import Collection
 from conduit.admin.running import with_engine
 from conduit.admin.tables import when
-from tracker import accounts, catalog_admin
-from tracker.accounts import AccountSummary
 
 ACCOUNT_COLUMNS = ("NAME", "ACTIVE", "ROLE", "TOKENS", "MODELS", "DEPLOYMENTS", "BLOCKS", "CREATED")
 
@@ -20,14 +20,14 @@ ACCOUNT_COLUMNS = ("NAME", "ACTIVE", "ROLE", "TOKENS", "MODELS", "DEPLOYMENTS", 
 async def create_account(engine: AsyncEngine, name: str, admin: bool | None = None) -> str:
     """A new token for account ``name`` (created if missing); ``admin=True`` makes it an
     admin, None leaves an existing account's flag as it was."""
-    _, token = await catalog_admin.create_account(engine, name, admin)
+    _, token = await writes.create_account(engine, name, admin)
     return token
 
 
 async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> str:
     """Whether ``account`` is an admin: it may read the fleet (``GET /v1/fleet``)."""
     try:
-        await catalog_admin.set_admin(engine, account, admin)
+        await writes.set_admin(engine, account, admin)
     except LookupError as error:
         raise SystemExit(str(error)) from error
     return f"account {account} is {'an admin' if admin else 'not an admin'}"
@@ -36,7 +36,7 @@ async def set_admin(engine: AsyncEngine, account: str, admin: bool) -> str:
 async def set_ops_role(engine: AsyncEngine, account: str, withdraw: bool) -> str:
     """Whether ``account`` may look at the operator page (``/ops``) read-only."""
     try:
-        await catalog_admin.set_ops_role(engine, account, None if withdraw else "viewer")
+        await writes.set_ops_role(engine, account, None if withdraw else "viewer")
     except LookupError as error:
         raise SystemExit(str(error)) from error
     return f"account {account} {'may not' if withdraw else 'may'} look at /ops (read-only)"

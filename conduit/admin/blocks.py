@@ -9,10 +9,11 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import blocks
+from catalog import lookups
 from conduit.admin.collection import Collection
 from conduit.admin.names import split_name
 from conduit.admin.running import with_engine
-from tracker import blocks, catalog
 
 
 def parse_metadata(text: str | None) -> dict[str, Any]:
@@ -43,18 +44,18 @@ async def create_block(
         raise SystemExit("create-block: name a deployment or a --version, not both")
     if deployment is not None:
         owner, short = split_name(deployment)
-        found = await catalog.get_deployment(engine, owner, short)
+        found = await lookups.get_deployment(engine, owner, short)
         if found is None:
             raise SystemExit(f"deployment {deployment} does not exist")
         named: dict[str, Any] = {"deployment_id": found.id}
     else:
         assert version is not None
-        info = await catalog.get_version(engine, version)
+        info = await lookups.get_version(engine, version)
         if info is None:
             raise SystemExit(f"version {version} does not exist")
         owner = info.model.partition("/")[0]
         named = {"version_id": info.id}
-    account = await catalog.get_account(engine, owner)
+    account = await lookups.get_account(engine, owner)
     if account is None:  # an owner is an account (the database says so); named for clarity
         raise SystemExit(f"account {owner} does not exist")
     try:

@@ -8,6 +8,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import lookups, management, writes
+from catalog.lookups import DeploymentInfo
 from conduit.admin.collection import Collection
 from conduit.admin.names import (
     VISIBILITIES,
@@ -18,8 +20,6 @@ from conduit.admin.names import (
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import OPERATOR, with_engine
 from conduit.admin.tables import when
-from tracker import catalog, catalog_admin, management
-from tracker.catalog import DeploymentInfo
 from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
 
@@ -36,7 +36,7 @@ async def create_deployment(
     visibility: str | None = None,
     grants: str = "",
     allow_high_priority: bool | None = None,
-) -> catalog.DeploymentInfo:
+) -> lookups.DeploymentInfo:
     """Create a deployment (private unless ``visibility`` says public) or release a new
     configuration of one; ``grants`` (``acct1,acct2``) may use it. The owner account is
     created when missing, as for models; granted accounts must exist."""
@@ -47,11 +47,11 @@ async def create_deployment(
     chosen = parse_visibility(visibility)
     granted = account_names(grants)
     for account in granted:
-        if await catalog.get_account(engine, account) is None:
+        if await lookups.get_account(engine, account) is None:
             raise SystemExit(f"account {account} does not exist")
-    existed = await catalog.get_account(engine, owner) is not None
+    existed = await lookups.get_account(engine, owner) is not None
     try:
-        deployment = await catalog_admin.create_deployment(
+        deployment = await writes.create_deployment(
             engine,
             owner,
             short,
@@ -66,7 +66,7 @@ async def create_deployment(
             allow_high_priority=allow_high_priority,
         )
         for account in granted:
-            await catalog_admin.grant(engine, account, "deployment", owner, short)
+            await writes.grant(engine, account, "deployment", owner, short)
     except LookupError as error:
         raise SystemExit(str(error)) from error
     if not existed:
@@ -90,7 +90,7 @@ def _row(deployment: DeploymentInfo) -> tuple[str, ...]:
 
 async def show_deployment(engine: AsyncEngine, name: str) -> DeploymentInfo:
     owner, short = split_name(name)
-    found = await catalog.get_deployment(engine, owner, short)
+    found = await lookups.get_deployment(engine, owner, short)
     if found is None:
         raise SystemExit(f"deployment {name} does not exist")
     return found
@@ -110,7 +110,7 @@ DEPLOYMENTS: Collection[DeploymentInfo] = Collection(
     metavar="OWNER/NAME",
     columns=DEPLOYMENT_COLUMNS,
     row=_row,
-    read_all=lambda engine, args: catalog.list_deployments(engine, OPERATOR, limit=args.limit),
+    read_all=lambda engine, args: lookups.list_deployments(engine, OPERATOR, limit=args.limit),
     read_one=lambda engine, args: show_deployment(engine, args.name),
     delete=lambda engine, args: delete_deployment(engine, args.name),
 )
@@ -143,11 +143,11 @@ def cmd_scaler(args: argparse.Namespace) -> None:
 
     owner, name = split_name(args.deployment)
 
-    async def read(engine: Any) -> tuple[catalog.DeploymentInfo, int]:
-        deployment = await catalog.get_deployment(engine, owner, name)
+    async def read(engine: Any) -> tuple[lookups.DeploymentInfo, int]:
+        deployment = await lookups.get_deployment(engine, owner, name)
         if deployment is None:
             raise SystemExit(f"conduit: deployment {args.deployment} does not exist")
-        version = await catalog.get_version(engine, deployment.version_id)
+        version = await lookups.get_version(engine, deployment.version_id)
         return deployment, version.shards if version is not None else deployment.shards
 
     deployment, version_shards = with_engine(read)

@@ -8,10 +8,11 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import named_graphs
+from blocks.named_graphs import StoredGraph
+from catalog import lookups
 from conduit.admin.collection import Collection
 from conduit.admin.tables import when
-from tracker import catalog, named_graphs
-from tracker.named_graphs import StoredGraph
 
 GRAPH_COLUMNS = ("ID", "NAME", "STEPS", "CREATED")
 
@@ -23,7 +24,7 @@ def _row(graph: StoredGraph) -> tuple[str, ...]:
 
 
 async def _account_id(engine: AsyncEngine, name: str) -> int:
-    account = await catalog.get_account(engine, name)
+    account = await lookups.get_account(engine, name)
     if account is None:
         raise SystemExit(f"account {name} does not exist")
     return account.id

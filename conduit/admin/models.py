@@ -10,14 +10,14 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import lookups, management, writes
+from catalog.lookups import ModelInfo
 from conduit.admin.collection import Collection
 from conduit.admin.names import VISIBILITIES, note_new_owner, split_name
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import OPERATOR, with_engine
 from conduit.admin.tables import when
 from protocol.headers import bearer
-from tracker import catalog, catalog_admin, management
-from tracker.catalog import ModelInfo
 from tracker.keys import DEFAULT_SHARDS
 
 
@@ -65,10 +65,10 @@ async def create_model(
     chosen = parse_visibility(visibility)
     schema, cog_version = read_runner_schema(runner_url, runner_token)
     async with engine.begin() as conn:
-        created = await catalog_admin.ensure_account(conn, owner)
+        created = await writes.ensure_account(conn, owner)
     if created:
         note_new_owner(owner)
-    return await catalog_admin.create_version(
+    return await writes.create_version(
         engine, owner, short, schema, cog_version, shards, visibility=chosen
     )
 
@@ -84,7 +84,7 @@ def _row(model: ModelInfo) -> tuple[str, ...]:
 
 async def _model(engine: AsyncEngine, name: str) -> ModelInfo:
     owner, short = split_name(name)
-    found = await catalog.get_model(engine, owner, short)
+    found = await lookups.get_model(engine, owner, short)
     if found is None:
         raise SystemExit(f"model {name} does not exist")
     return found
@@ -93,7 +93,7 @@ async def _model(engine: AsyncEngine, name: str) -> ModelInfo:
 async def show_model(engine: AsyncEngine, name: str) -> dict[str, Any]:
     """The model's row and its versions, newest first."""
     model = await _model(engine, name)
-    return {"model": model, "versions": await catalog.list_versions(engine, model.id)}
+    return {"model": model, "versions": await lookups.list_versions(engine, model.id)}
 
 
 async def delete_model(engine: AsyncEngine, name: str, with_versions: bool) -> str:
@@ -102,7 +102,7 @@ async def delete_model(engine: AsyncEngine, name: str, with_versions: bool) -> s
     model = await _model(engine, name)
     try:
         if with_versions:
-            for version in await catalog.list_versions(engine, model.id):
+            for version in await lookups.list_versions(engine, model.id):
                 await management.delete_version(engine, model, version, OPERATOR)
         await management.delete_model(engine, model, OPERATOR)
     except (LookupError, management.Refused, management.InUse) as error:
@@ -115,7 +115,7 @@ MODELS: Collection[ModelInfo] = Collection(
     metavar="OWNER/NAME",
     columns=MODEL_COLUMNS,
     row=_row,
-    read_all=lambda engine, args: catalog.list_models(engine, OPERATOR, limit=args.limit),
+    read_all=lambda engine, args: lookups.list_models(engine, OPERATOR, limit=args.limit),
     read_one=lambda engine, args: show_model(engine, args.name),
     delete=lambda engine, args: delete_model(engine, args.name, args.with_versions),
 )

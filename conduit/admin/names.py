@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from tracker import catalog
+from catalog import lookups
 
 VISIBILITIES = ["public", "private"]
 
@@ -16,13 +16,13 @@ def split_name(value: str) -> tuple[str, str]:
     return owner, name
 
 
-def visibility(value: str | None) -> catalog.Visibility | None:
+def visibility(value: str | None) -> lookups.Visibility | None:
     if value is None:
         return None
     try:
-        return catalog.Visibility(value)
+        return lookups.Visibility(value)
     except ValueError:
-        allowed = ", ".join(catalog.Visibility)
+        allowed = ", ".join(lookups.Visibility)
         raise SystemExit(f"visibility must be one of {allowed}, got {value!r}") from None
 
 

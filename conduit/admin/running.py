@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from catalog.lookups import AccountInfo
 from conduit.runtime import database_url, run_async
-from tracker.catalog import AccountInfo
 
 T = TypeVar("T")
 
@@ -51,7 +51,7 @@ def with_redis(work: Callable[[Any], Awaitable[T]]) -> T:
 
 async def announce_catalog_change() -> None:
     from api.settings import ApiSettings
-    from tracker.catalog_generation import CatalogGeneration
+    from catalog.generation import CatalogGeneration
     from tracker.redis_connect import connect
 
     redis = connect(ApiSettings().redis_url)

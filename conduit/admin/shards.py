@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 
 def cmd_move_shards(args: argparse.Namespace) -> None:
     from api.settings import ApiSettings
+    from catalog import lookups
     from conduit.admin.names import split_name
-    from tracker import catalog
     from tracker.db import make_engine
     from tracker.keys import Target
     from tracker.redis_connect import connect
@@ -33,10 +33,10 @@ def cmd_move_shards(args: argparse.Namespace) -> None:
     async def main() -> str:
         engine = make_engine(database_url(), pool_size=1)
         try:
-            deployment = await catalog.get_deployment(engine, owner, name)
+            deployment = await lookups.get_deployment(engine, owner, name)
             if deployment is None:
                 raise SystemExit(f"conduit: deployment {args.deployment} does not exist")
-            accounts = {n: await catalog.get_account(engine, n) for n in _named(args)}
+            accounts = {n: await lookups.get_account(engine, n) for n in _named(args)}
         finally:
             await engine.dispose()
         missing = [n for n, found in accounts.items() if found is None]

@@ -9,13 +9,13 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import lookups, writes
 from conduit.admin.names import VISIBILITIES, account_names, split_name
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import with_engine
-from tracker import catalog, catalog_admin
 
 
-async def grant(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: str) -> list[str]:
+async def grant(engine: AsyncEngine, accounts: str, kind: lookups.Kind, name: str) -> list[str]:
     """Let each of ``accounts`` (``acct1,acct2``) use the private model or deployment."""
     owner, short = split_name(name)
 
@@ -23,11 +23,11 @@ async def grant(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: st
         return f"{account} {'granted' if new else 'already granted'} {kind} {name}"
 
     return await _each_account(
-        accounts, lambda account: catalog_admin.grant(engine, account, kind, owner, short), said
+        accounts, lambda account: writes.grant(engine, account, kind, owner, short), said
     )
 
 
-async def revoke(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: str) -> list[str]:
+async def revoke(engine: AsyncEngine, accounts: str, kind: lookups.Kind, name: str) -> list[str]:
     """Withdraw grants. An account still sees a public one, or one it owns."""
     owner, short = split_name(name)
 
@@ -35,7 +35,7 @@ async def revoke(engine: AsyncEngine, accounts: str, kind: catalog.Kind, name: s
         return f"{account} {'revoked from' if had else 'had no grant on'} {kind} {name}"
 
     return await _each_account(
-        accounts, lambda account: catalog_admin.revoke(engine, account, kind, owner, short), said
+        accounts, lambda account: writes.revoke(engine, account, kind, owner, short), said
     )
 
 
@@ -54,13 +54,13 @@ async def _each_account(
 
 
 async def set_visibility(
-    engine: AsyncEngine, kind: catalog.Kind, name: str, visibility: str
+    engine: AsyncEngine, kind: lookups.Kind, name: str, visibility: str
 ) -> str:
     owner, short = split_name(name)
     chosen = parse_visibility(visibility)
     assert chosen is not None
     try:
-        await catalog_admin.set_visibility(engine, kind, owner, short, chosen)
+        await writes.set_visibility(engine, kind, owner, short, chosen)
     except LookupError as error:
         raise SystemExit(str(error)) from error
     return f"{kind} {name} is {chosen}"
@@ -74,10 +74,10 @@ async def entitle_priority(
     try:
         if deployment is not None:
             owner, short = split_name(deployment)
-            await catalog_admin.entitle_deployment_priority(engine, owner, short, allowed)
+            await writes.entitle_deployment_priority(engine, owner, short, allowed)
             subject = f"deployment {deployment}"
         elif account is not None:
-            await catalog_admin.entitle_account_priority(engine, account, allowed)
+            await writes.entitle_account_priority(engine, account, allowed)
             subject = f"account {account}"
         else:
             raise SystemExit("name an account or a --deployment")

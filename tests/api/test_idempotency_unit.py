@@ -11,8 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from api.errors import Conflict, InvalidInput, InvalidRequest
 from api.idempotency import Idempotency, fingerprint, from_request, parse_key
 from api.protocol import PredictionCreate
+from catalog import writes
 from core.ids import new_prediction_id
-from tracker import catalog_admin, store
+from tracker import store
 
 VERSION = "a" * 64
 SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
@@ -68,8 +69,8 @@ def test_lock_id_is_a_signed_bigint_per_account_and_key() -> None:
 
 
 async def test_claim_replays_refuses_and_releases(engine: AsyncEngine) -> None:
-    account, _ = await catalog_admin.create_account(engine, f"idem-{uuid.uuid4().hex[:8]}")
-    version = await catalog_admin.create_version(engine, "idem", "model", SCHEMA, None)
+    account, _ = await writes.create_account(engine, f"idem-{uuid.uuid4().hex[:8]}")
+    version = await writes.create_version(engine, "idem", "model", SCHEMA, None)
 
     def new() -> store.NewPrediction:
         return store.NewPrediction(

@@ -15,7 +15,7 @@ from api.app import create_app
 from api.errors import PROBLEM_JSON, problem_response
 from api.routes.models import render_deployment, render_model, render_version
 from api.settings import ApiSettings
-from tracker.catalog import DeploymentInfo, ModelInfo, VersionInfo
+from catalog.lookups import DeploymentInfo, ModelInfo, VersionInfo
 from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
 

@@ -30,15 +30,15 @@ from director.metrics import DirectorMetrics
 from director.output_files import OutputStore
 from director.queue import Entry
 from director.receiver import Receiver
+from files.links import FileLinks
+from files.service import Files
+from files.settings import FileSettings
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import create, wait_status
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.scripted_runner import ScriptedRunner, scripted_runner
 from tests.fixtures.waiting import wait_for
 from tracker.capabilities import StreamSigner
-from tracker.files.links import FileLinks
-from tracker.files.service import Files
-from tracker.files.settings import FileSettings
 
 API = "http://api.example"
 INLINE_MAX = 1024

@@ -33,6 +33,7 @@ from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import served
 from tests.fixtures.js_client import JS, NODE
 from tests.fixtures.js_client import missing as js_missing
+from tests.fixtures.pgbouncer import ensure_pgbouncer
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
 
@@ -201,6 +202,21 @@ def test_examples_are_found_and_each_is_run_or_says_why_not() -> None:
     assert any(e.page == "tutorials/using-it.md" and e.not_run is None for e in EXAMPLES)
 
 
+def _workdir(
+    example: Example, workdirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The page's working directory (one per page: its examples build on each other), with
+    what the example needs of the reader's machine."""
+    if "pgbouncer" in example.code:
+        # The reader has installed it, as the page asks; here it is installed when missing.
+        ensure_pgbouncer()
+    if example.page not in workdirs:
+        workdirs[example.page] = tmp_path_factory.mktemp("page")
+        # As from the root of a checkout, for the paths of it an example names.
+        (workdirs[example.page] / "gateway").symlink_to(ROOT / "gateway")
+    return workdirs[example.page]
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.name for e in EXAMPLES])
 def test_example_runs_as_printed(
     example: Example,
@@ -219,11 +235,7 @@ def test_example_runs_as_printed(
         reader = {**reader, "files": request.getfixturevalue("files_model")}
     if any(printed in example.code for printed in GATEWAY_PRINTED):
         reader = {**reader, **request.getfixturevalue("gateway")}
-    if example.page not in workdirs:
-        workdirs[example.page] = tmp_path_factory.mktemp("page")
-        # As from the root of a checkout, for the paths of it an example names.
-        (workdirs[example.page] / "gateway").symlink_to(ROOT / "gateway")
-    tmp_path = workdirs[example.page]
+    tmp_path = _workdir(example, workdirs, tmp_path_factory)
     if example.file is not None:
         (tmp_path / example.file).write_text(example.code)
         if example.language == "python":

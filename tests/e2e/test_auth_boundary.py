@@ -31,6 +31,8 @@ import redis
 from starlette.requests import Request
 
 from api.auth import client_address
+from catalog.lookups import AccountInfo
+from catalog.token_checks import AccountCache, FailureBudget, well_formed
 from core.ids import new_api_token
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
@@ -40,8 +42,6 @@ from tests.fixtures.sse import events
 from tests.fixtures.waiting import wait_for
 from tracker import keys
 from tracker.capabilities import DEFAULT_TTL, StreamSigner, Verdict
-from tracker.catalog import AccountInfo
-from tracker.token_checks import AccountCache, FailureBudget, well_formed
 
 pytestmark = pytest.mark.e2e
 

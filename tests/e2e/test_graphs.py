@@ -16,13 +16,13 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import writes
+from catalog.lookups import Visibility
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import wait_for
-from tracker import catalog_admin
-from tracker.catalog import Visibility
 from tracker.db import make_engine
 
 T = TypeVar("T")
@@ -65,7 +65,7 @@ def _in_database(database_url: str, work: Callable[[AsyncEngine], Awaitable[T]])
 
 
 async def _translator(engine: AsyncEngine, owner: str, visibility: Visibility) -> str:
-    return await catalog_admin.create_version(
+    return await writes.create_version(
         engine, owner, "translator", TRANSLATOR, None, shards=1, visibility=visibility
     )
 

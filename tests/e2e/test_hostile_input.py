@@ -10,11 +10,11 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from catalog import lookups
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, create, wait_status
 from tests.fixtures.processes import Launcher
-from tracker import catalog
 
 PATH = f"/v1/deployments/{ECHO}/predictions"
 JSON = {"Content-Type": "application/json"}
@@ -25,7 +25,7 @@ def open_path(stack: Stack, launcher: Launcher, admin: Admin) -> Iterator[str]:
     """A deployment of an echo version whose ``Input`` allows fields it does not declare
     (``additionalProperties``): what such a field carries is stored, read back and run. (The
     echo deployment's schema declares its fields only: another field there is refused.)"""
-    found = admin._run(lambda engine: catalog.get_version(engine, stack.version))
+    found = admin._run(lambda engine: lookups.get_version(engine, stack.version))
     assert found is not None
     schema = copy.deepcopy(found.openapi_schema)
     schema["components"]["schemas"]["Input"]["additionalProperties"] = True

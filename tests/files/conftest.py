@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from files.local import LocalStore
+from files.s3 import S3Store
+from files.store import FileStore
 from tests.fixtures.s3_server import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3_server
-from tracker.files.local import LocalStore
-from tracker.files.s3 import S3Store
-from tracker.files.store import FileStore
 
 BUCKET = "conduit-files"
 

@@ -13,11 +13,11 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from files.links import FileLinks
+from files.service import Files
+from files.settings import FileSettings
 from tests.fixtures.admin import Admin
 from tracker.capabilities import StreamSigner
-from tracker.files.links import FileLinks
-from tracker.files.service import Files
-from tracker.files.settings import FileSettings
 
 API = "http://api.test"
 

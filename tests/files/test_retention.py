@@ -20,6 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from core.ports import LOOPBACK, free_port
+from files.links import FileLinks
+from files.local import LocalStore
+from files.retention import RetentionSweep, SweepResult
+from files.s3 import S3Store
+from files.service import Files
+from files.settings import FileSettings
+from files.store import FileStore, ObjectMissing
 from tests.files.conftest import s3_store
 from tests.fixtures.predictions import new_predictions
 from tests.fixtures.s3_server import S3Server
@@ -28,13 +35,6 @@ from tests.fixtures.waiting import until
 from tracker import store
 from tracker.capabilities import StreamSigner
 from tracker.db import make_engine
-from tracker.files.links import FileLinks
-from tracker.files.local import LocalStore
-from tracker.files.retention import RetentionSweep, SweepResult
-from tracker.files.s3 import S3Store
-from tracker.files.service import Files
-from tracker.files.settings import FileSettings
-from tracker.files.store import FileStore, ObjectMissing
 
 SETTINGS = FileSettings(output_retention=3600, retention=86400)
 

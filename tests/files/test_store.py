@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from core.ports import free_port
-from tests.files.conftest import BUCKET, Contents, s3_store
-from tests.fixtures.s3_server import S3Server, s3_server
-from tracker.files.local import LocalStore
-from tracker.files.s3 import PART_BYTES, S3Store
-from tracker.files.settings import FileSettings
-from tracker.files.store import (
+from files.local import LocalStore
+from files.s3 import PART_BYTES, S3Store
+from files.settings import FileSettings
+from files.store import (
     FileStore,
     ObjectMissing,
     StoreUnavailable,
     TooLarge,
 )
+from tests.files.conftest import BUCKET, Contents, s3_store
+from tests.fixtures.s3_server import S3Server, s3_server
 
 MIB = 1024 * 1024
 

@@ -14,6 +14,8 @@ import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.cache import Catalog
+from catalog.lookups import AccountInfo
 from core.ports import free_port
 from gateway.executor import OutputFile, TaskResult
 from gateway.oip_directory import BlockDirectory
@@ -24,8 +26,6 @@ from tests.conftest import Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live, live_fixture
 from tests.fixtures.processes import Launcher
-from tracker.catalog import AccountInfo
-from tracker.catalog_cache import Catalog
 
 PROTO = Path(__file__).resolve().parents[2] / "gateway" / "proto" / "inference.proto"
 #: Files up to this size are sent back as the answer's files; larger ones only counted.

@@ -1,5 +1,5 @@
 """The account's limits the gateway shares with the api (``tracker.rate_limits``,
-``tracker.token_checks``), on a gateway of the test's own in front of the live stack: the rate
+``catalog.token_checks``), on a gateway of the test's own in front of the live stack: the rate
 of creates counts every prediction a task makes, a graph's each; made-up tokens past an
 address's failed-auth budget are refused with a retry hint, and cost no query."""
 
@@ -14,6 +14,8 @@ import grpc
 import httpx
 import pytest
 
+from catalog.lookups import AccountInfo
+from catalog.token_checks import TokenChecks
 from gateway.auth import TokenAuth
 from gateway.errors import ResourceExhausted, Unauthenticated
 from gateway.proto.inference_pb2 import BlockInferencePacket
@@ -21,8 +23,6 @@ from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.gateway_stack import Live
 from tests.fixtures.inspect_model import GRAPH_BLOCKS
 from tests.fixtures.processes import Launcher
-from tracker.catalog import AccountInfo
-from tracker.token_checks import TokenChecks
 
 A, B, C, D = GRAPH_BLOCKS[:4]
 

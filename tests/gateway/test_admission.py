@@ -12,6 +12,7 @@ import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.lookups import AccountInfo
 from core.ports import free_port
 from gateway.admission import ByteBudget
 from gateway.executor import TaskResult
@@ -24,7 +25,6 @@ from gateway.task import Task
 from tests.fixtures.memory import peak_rss, reset_peak_rss, rss
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.waiting import until
-from tracker.catalog import AccountInfo
 
 MIB = 1024 * 1024
 CALLS = 12

@@ -2,7 +2,7 @@
 a block exactly as it may use what the block names (a private deployment's block is invisible
 to another account, 404 like one that does not exist, until it is granted); only the owner of
 a deployment publishes it, and only a block's publisher deletes it. Through the REST api, the
-``conduit admin`` commands, and ``tracker.blocks.resolve`` against Postgres."""
+``conduit admin`` commands, and ``blocks.blocks.resolve`` against Postgres."""
 
 from __future__ import annotations
 
@@ -19,14 +19,15 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import blocks
+from blocks.versions import find_block_version
+from catalog import lookups, writes
+from catalog.cache import Catalog
+from catalog.lookups import AccountInfo, Grants, Visibility
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem
 from tests.fixtures.processes import Launcher, base_env
 from tests.fixtures.waiting import wait_for
-from tracker import blocks, catalog, catalog_admin
-from tracker.block_versions import find_block_version
-from tracker.catalog import AccountInfo, Grants, Visibility
-from tracker.catalog_cache import Catalog
 from tracker.db import make_engine
 
 T = TypeVar("T")
@@ -56,7 +57,7 @@ def _in_database(database_url: str, work: Callable[[AsyncEngine], Awaitable[T]])
 
 async def _model(engine: AsyncEngine, owner: str, name: str, visibility: Visibility) -> str:
     """A model of ``owner`` (its account made if missing) with one version; the version."""
-    return await catalog_admin.create_version(
+    return await writes.create_version(
         engine, owner, name, SCHEMA, None, shards=2, visibility=visibility
     )
 
@@ -327,7 +328,7 @@ def test_admin_cli_creates_lists_and_deletes_blocks(
 
 
 async def _account(engine: AsyncEngine, name: str) -> AccountInfo:
-    account, _ = await catalog_admin.create_account(engine, name)
+    account, _ = await writes.create_account(engine, name)
     return account
 
 
@@ -336,10 +337,10 @@ async def test_resolve_answers_only_what_the_account_may_use(engine: AsyncEngine
     owner = await _account(engine, f"res-owner-{suffix}")
     other = await _account(engine, f"res-other-{suffix}")
     version = await _model(engine, owner.name, "m", Visibility.PRIVATE)
-    private = await catalog_admin.create_deployment(
+    private = await writes.create_deployment(
         engine, owner.name, "private", owner.name, "m", None, shards=2, prediction_timeout=60
     )
-    public = await catalog_admin.create_deployment(
+    public = await writes.create_deployment(
         engine, owner.name, "public", owner.name, "m", None, shards=2, prediction_timeout=60,
         visibility=Visibility.PUBLIC,
     )  # fmt: skip
@@ -358,17 +359,17 @@ async def test_resolve_answers_only_what_the_account_may_use(engine: AsyncEngine
     assert await blocks.resolve(engine, other, "blk-00000000") is None
     assert await blocks.resolve(engine, other, "not a block id") is None
 
-    await catalog_admin.grant(engine, other.name, "deployment", owner.name, "private")
+    await writes.grant(engine, other.name, "deployment", owner.name, "private")
     assert await blocks.resolve(engine, other, on_private.id) == on_private
     assert await blocks.resolve(engine, other, on_version.id) is None  # the model is not granted
-    await catalog_admin.grant(engine, other.name, "model", owner.name, "m")
+    await writes.grant(engine, other.name, "model", owner.name, "m")
     assert await blocks.resolve(engine, other, on_version.id) == on_version
     # A process's own view of the grants (a cache) is the one that counts.
     no_grants = await blocks.resolve(engine, other, on_private.id, grants=lambda _: _no_grants())
     assert no_grants is None
 
-    await catalog_admin.revoke(engine, other.name, "deployment", owner.name, "private")
-    await catalog_admin.set_visibility(engine, "model", owner.name, "m", Visibility.PUBLIC)
+    await writes.revoke(engine, other.name, "deployment", owner.name, "private")
+    await writes.set_visibility(engine, "model", owner.name, "m", Visibility.PUBLIC)
     assert await blocks.resolve(engine, other, on_private.id) is None
     assert await blocks.resolve(engine, other, on_version.id) == on_version
 
@@ -391,7 +392,7 @@ async def test_a_withdrawn_deployments_block_resolves_to_nothing(engine: AsyncEn
     lender = await _account(engine, f"wd-lender-{suffix}")
     borrower = await _account(engine, f"wd-borrower-{suffix}")
     version = await _model(engine, lender.name, "m", Visibility.PUBLIC)
-    borrowed = await catalog_admin.create_deployment(
+    borrowed = await writes.create_deployment(
         engine, borrower.name, "b", lender.name, "m", None, shards=2, prediction_timeout=60
     )
     block = await blocks.create(engine, deployment_id=borrowed.id)
@@ -401,10 +402,10 @@ async def test_a_withdrawn_deployments_block_resolves_to_nothing(engine: AsyncEn
 
     found = await find_block_version(fresh(), borrower, block.id)
     assert found is not None and found.version.id == version
-    await catalog_admin.set_visibility(engine, "model", lender.name, "m", Visibility.PRIVATE)
+    await writes.set_visibility(engine, "model", lender.name, "m", Visibility.PRIVATE)
     assert await find_block_version(fresh(), borrower, block.id) is None
     assert await find_block_version(fresh(), lender, block.id) is None  # not its block
-    await catalog_admin.grant(engine, borrower.name, "model", lender.name, "m")
+    await writes.grant(engine, borrower.name, "model", lender.name, "m")
     assert await find_block_version(fresh(), borrower, block.id) is not None
 
 
@@ -423,7 +424,7 @@ async def test_a_block_goes_with_its_deployment_and_the_database_holds_one_targe
 
     owner = await _account(engine, f"res-gone-{_suffix()}")
     version = await _model(engine, owner.name, "m", Visibility.PUBLIC)
-    deployment = await catalog_admin.create_deployment(
+    deployment = await writes.create_deployment(
         engine, owner.name, "d", owner.name, "m", None, shards=2, prediction_timeout=60
     )
     block = await blocks.create(engine, deployment_id=deployment.id)
@@ -440,4 +441,4 @@ async def test_a_block_goes_with_its_deployment_and_the_database_holds_one_targe
     async with engine.begin() as conn:
         await conn.execute(delete(Deployment).where(Deployment.id == deployment.id))
     assert await blocks.get(engine, block.id) is None
-    assert await catalog.get_deployment(engine, owner.name, "d") is None
+    assert await lookups.get_deployment(engine, owner.name, "d") is None

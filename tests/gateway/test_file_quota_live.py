@@ -1,5 +1,5 @@
 """A gateway task's files are uploads of the caller: they count against the account's upload
-quotas (``tracker.files.quota``) as the api's uploads do, and past them the task is
+quotas (``files.quota``) as the api's uploads do, and past them the task is
 RESOURCE_EXHAUSTED naming the quota, with nothing queued."""
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ from typing import Any
 import grpc
 import pytest
 
+from blocks.blocks import BlockInfo
+from blocks.versions import BlockVersion
+from catalog.lookups import VersionInfo
 from gateway.errors import Aborted, DeadlineExceeded, InvalidArgument
 from gateway.named_graph import (
     INPUT,
@@ -24,9 +27,6 @@ from gateway.named_graph import (
 )
 from tests.fixtures.loop import loop_turns
 from tests.fixtures.waiting import until
-from tracker.block_versions import BlockVersion
-from tracker.blocks import BlockInfo
-from tracker.catalog import VersionInfo
 
 #: Far enough never to pass in a test that is not about the deadline.
 LATER = 3600.0

@@ -13,6 +13,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import blocks as block_store
 from gateway.proto.grpc_service_pb2 import ModelInferRequest, ModelReadyRequest
 from gateway.proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
 from gateway.proto.inference_pb2 import BlockInferencePacket
@@ -20,7 +21,6 @@ from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live
 from tests.gateway.test_oip import auth, outputs_of, tensor
-from tracker import blocks as block_store
 
 
 def register(live: Live, token: str, spec: dict[str, Any]) -> str:

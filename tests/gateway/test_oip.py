@@ -18,6 +18,8 @@ import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import writes
+from catalog.lookups import Visibility
 from core.ports import free_port
 from gateway.executor import OutputFile
 from gateway.oip import answer_tensors, response_of
@@ -39,8 +41,6 @@ from gateway.server import Gateway, start, token_auth
 from gateway.settings import GatewaySettings
 from tests.fixtures.admin import Admin
 from tests.gateway.conftest import EchoExecutor
-from tracker import catalog_admin
-from tracker.catalog import Visibility
 
 Input = ModelInferRequest.InferInputTensor
 Wanted = ModelInferRequest.InferRequestedOutputTensor
@@ -553,8 +553,8 @@ async def models(engine: AsyncEngine, admin: Admin) -> Models:
     owner = f"oip-{uuid.uuid4().hex[:10]}"
     owner_token = admin.create_account(owner)
     private = Visibility.PRIVATE
-    version = await catalog_admin.create_version(engine, owner, "gen", SCHEMA, None, 2, private)
-    idle = await catalog_admin.create_version(engine, owner, "det", OBJECT_OUTPUT, None, 2, private)
+    version = await writes.create_version(engine, owner, "gen", SCHEMA, None, 2, private)
+    idle = await writes.create_version(engine, owner, "det", OBJECT_OUTPUT, None, 2, private)
     admin.create_deployment(f"{owner}/gen-run", f"{owner}/gen", version=version, shards=2)
     return Models(
         owner_token=owner_token,

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import writes
+from catalog.lookups import Visibility
 from gateway.server import Gateway
 from tests.fixtures.admin import Admin
 from tests.gateway.test_protos import OIP
-from tracker import catalog_admin
-from tracker.catalog import Visibility
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = ROOT / ".venv-triton" / "bin" / "python"
@@ -65,9 +65,7 @@ async def block(engine: AsyncEngine, admin: Admin) -> tuple[str, str, str]:
     """A private deployment's block: its id, its version and its owner's token."""
     owner = f"triton-{uuid.uuid4().hex[:10]}"
     token = admin.create_account(owner)
-    version = await catalog_admin.create_version(
-        engine, owner, "llm", SCHEMA, None, 2, Visibility.PRIVATE
-    )
+    version = await writes.create_version(engine, owner, "llm", SCHEMA, None, 2, Visibility.PRIVATE)
     admin.create_deployment(f"{owner}/llm-run", f"{owner}/llm", version=version, shards=2)
     return admin.create_block(f"{owner}/llm-run"), version, token
 

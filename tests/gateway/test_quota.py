@@ -18,6 +18,7 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.lookups import AccountInfo
 from core.ports import free_port
 from gateway.executor import TaskResult
 from gateway.proto.grpc_service_pb2 import ModelInferRequest
@@ -33,7 +34,6 @@ from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import let_pass
 from tests.gateway.test_oip import tensor as oip_tensor
 from tracker import keys
-from tracker.catalog import AccountInfo
 from tracker.redis_connect import connect
 
 T0 = 1_700_000_000 * SECOND_US

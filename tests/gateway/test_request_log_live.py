@@ -22,6 +22,7 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks.request_log import LogEntry, find
 from conduit import admin as conduit_admin
 from conduit.runtime import migrate
 from core.ids import new_request_id
@@ -41,7 +42,6 @@ from tests.fixtures.servers import PostgresServer, create_database
 from tests.fixtures.waiting import until, wait_for
 from tests.gateway.conftest import EchoExecutor
 from tracker.db import make_engine
-from tracker.request_log import LogEntry, find
 
 METRICS_PORT = free_port()
 

@@ -13,13 +13,13 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks import blocks
+from catalog.lookups import account_for_token
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live
 from tests.fixtures.processes import Launcher
-from tracker import blocks
-from tracker.catalog import account_for_token
 from tracker.keys import session_keys
 
 

@@ -7,12 +7,12 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog.cache import Catalog
+from catalog.lookups import AccountInfo
 from gateway.destinations import Destinations
 from gateway.errors import InvalidArgument, ResourceExhausted
 from gateway.proto.inference_pb2 import BlockInferencePacket, FileInfo
 from gateway.task import FileLimits, parse_packet
-from tracker.catalog import AccountInfo
-from tracker.catalog_cache import Catalog
 from tracker.fleet import FleetView
 
 LIMITS = FileLimits(max_files=3, max_file_bytes=10)

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker import catalog, catalog_admin
+from catalog import lookups, writes
 
 SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -19,51 +19,51 @@ def _owner() -> str:
 
 
 def test_version_id_depends_on_model_schema_and_cog_version() -> None:
-    base = catalog_admin.version_id_for("a", "m", SCHEMA, "0.1")
+    base = writes.version_id_for("a", "m", SCHEMA, "0.1")
     assert HEX64.match(base)
-    assert catalog_admin.version_id_for("a", "m", {**SCHEMA}, "0.1") == base
-    assert catalog_admin.version_id_for("a", "n", SCHEMA, "0.1") != base
-    assert catalog_admin.version_id_for("b", "m", SCHEMA, "0.1") != base
-    assert catalog_admin.version_id_for("a", "m", SCHEMA, "0.2") != base
-    assert catalog_admin.version_id_for("a", "m", SCHEMA, None) != base
-    assert catalog_admin.version_id_for("a", "m", {"components": {}}, "0.1") != base
+    assert writes.version_id_for("a", "m", {**SCHEMA}, "0.1") == base
+    assert writes.version_id_for("a", "n", SCHEMA, "0.1") != base
+    assert writes.version_id_for("b", "m", SCHEMA, "0.1") != base
+    assert writes.version_id_for("a", "m", SCHEMA, "0.2") != base
+    assert writes.version_id_for("a", "m", SCHEMA, None) != base
+    assert writes.version_id_for("a", "m", {"components": {}}, "0.1") != base
 
 
 async def test_two_models_with_one_schema_keep_their_own_versions(engine: AsyncEngine) -> None:
     owner = _owner()
-    first = await catalog_admin.create_version(engine, owner, "one", SCHEMA, "0.1")
-    second = await catalog_admin.create_version(engine, owner, "two", SCHEMA, "0.1")
+    first = await writes.create_version(engine, owner, "one", SCHEMA, "0.1")
+    second = await writes.create_version(engine, owner, "two", SCHEMA, "0.1")
     assert first != second
 
     for name, version_id in (("one", first), ("two", second)):
-        model = await catalog.get_model(engine, owner, name)
+        model = await lookups.get_model(engine, owner, name)
         assert model is not None and model.latest_version_id == version_id
-        version = await catalog.get_version(engine, version_id)
+        version = await lookups.get_version(engine, version_id)
         assert version is not None and version.model == f"{owner}/{name}"
-        assert await catalog.list_versions(engine, model.id) == [version_id]
+        assert await lookups.list_versions(engine, model.id) == [version_id]
 
 
 async def test_reregistering_a_model_keeps_its_version_id(engine: AsyncEngine) -> None:
     owner = _owner()
-    first = await catalog_admin.create_version(engine, owner, "m", SCHEMA, None)
-    again = await catalog_admin.create_version(engine, owner, "m", SCHEMA, None)
+    first = await writes.create_version(engine, owner, "m", SCHEMA, None)
+    again = await writes.create_version(engine, owner, "m", SCHEMA, None)
     assert again == first
-    model = await catalog.get_model(engine, owner, "m")
+    model = await lookups.get_model(engine, owner, "m")
     assert model is not None
-    assert await catalog.list_versions(engine, model.id) == [first]
+    assert await lookups.list_versions(engine, model.id) == [first]
 
 
 async def test_deployment_refuses_a_version_of_another_model(engine: AsyncEngine) -> None:
     owner = _owner()
-    await catalog_admin.create_version(engine, owner, "one", SCHEMA, None)
-    other = await catalog_admin.create_version(engine, owner, "two", SCHEMA, None)
+    await writes.create_version(engine, owner, "one", SCHEMA, None)
+    other = await writes.create_version(engine, owner, "two", SCHEMA, None)
     with pytest.raises(LookupError, match=f"belongs to {owner}/two, not to {owner}/one"):
-        await catalog_admin.create_deployment(
+        await writes.create_deployment(
             engine, owner, "dep", owner, "one", other, shards=2, prediction_timeout=60
         )
-    assert await catalog.get_deployment(engine, owner, "dep") is None
+    assert await lookups.get_deployment(engine, owner, "dep") is None
 
-    deployment = await catalog_admin.create_deployment(
+    deployment = await writes.create_deployment(
         engine, owner, "dep", owner, "two", other, shards=2, prediction_timeout=60
     )
     assert deployment.version_id == other and deployment.model == f"{owner}/two"

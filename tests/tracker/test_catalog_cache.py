@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from tracker import catalog_cache
-from tracker.catalog_cache import TTLCache
+from catalog import cache
+from catalog.cache import TTLCache
 
 
 class Clock:
@@ -21,7 +21,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(catalog_cache.time, "monotonic", fake)
+    monkeypatch.setattr(cache.time, "monotonic", fake)
     return fake
 
 

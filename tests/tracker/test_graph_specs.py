@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from tracker.block_versions import BlockVersion
-from tracker.blocks import BlockInfo
-from tracker.catalog import VersionInfo
-from tracker.graph_expressions import BadExpression, compile_expression, truthy
-from tracker.graph_specs import MAX_STEPS, RefusedGraph, checked_spec, parse_spec
+from blocks.blocks import BlockInfo
+from blocks.graphs.expressions import BadExpression, compile_expression, truthy
+from blocks.graphs.specs import MAX_STEPS, RefusedGraph, checked_spec, parse_spec
+from blocks.named_graphs import CompiledGraph, compile_graph, explain
+from blocks.versions import BlockVersion
+from catalog.lookups import VersionInfo
 from tracker.input_checks import build_validator
-from tracker.named_graphs import CompiledGraph, compile_graph, explain
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)
 

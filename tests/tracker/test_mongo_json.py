@@ -1,4 +1,4 @@
-"""MongoDB filters and updates as SQL (``tracker.mongo_json``), executed by a real Postgres: each
+"""MongoDB filters and updates as SQL (``blocks.mongo.filters``), executed by a real Postgres: each
 filter against rows of a temporary table, each update against a document, and every refusal
 naming where it is."""
 
@@ -12,8 +12,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from tracker.mongo_json import MongoError, compile_filter
-from tracker.mongo_updates import parse_update, update_select
+from blocks.mongo.filters import MongoError, compile_filter
+from blocks.mongo.updates import parse_update, update_select
 
 ROWS: dict[str, dict[str, Any]] = {
     "east": {

@@ -1,4 +1,4 @@
-"""The request log's table (``tracker.request_log``) on the session's migrated Postgres: entries
+"""The request log's table (``blocks.request_log``) on the session's migrated Postgres: entries
 written with ``COPY`` and read back by each filter, oldest first, paged by cursor; partitions
 made for the coming days and retired (detached and dropped) past the retention; a lookup by a
 UUIDv7 request id reads one partition."""
@@ -12,8 +12,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from core.ids import new_request_id, request_id_time
-from tracker.request_log import (
+from blocks.request_log import (
     LogEntry,
     NoPartition,
     copy_entries,
@@ -23,6 +22,7 @@ from tracker.request_log import (
     maintain_partitions,
     partition_name,
 )
+from core.ids import new_request_id, request_id_time
 
 
 def entry(session: str, block: str, seq_no: int, account: int, **fields: object) -> LogEntry:

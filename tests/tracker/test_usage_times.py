@@ -8,9 +8,10 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from catalog import writes
 from core.ids import new_prediction_id
 from protocol.timings import RunnerTimes
-from tracker import catalog_admin, store, usage
+from tracker import store, usage
 from tracker.states import Status
 from tracker.usage import remote_times
 
@@ -18,7 +19,7 @@ SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {
 
 
 async def _claimed(engine: AsyncEngine, account_id: int) -> str:
-    version = await catalog_admin.create_version(engine, "usage", "model", SCHEMA, None)
+    version = await writes.create_version(engine, "usage", "model", SCHEMA, None)
     prediction = store.NewPrediction(
         id=new_prediction_id(),
         account_id=account_id,
@@ -47,7 +48,7 @@ async def _record(engine: AsyncEngine, prediction_id: str) -> dict[str, Any]:
 
 
 async def _account(engine: AsyncEngine) -> int:
-    account, _ = await catalog_admin.create_account(engine, f"usage-{uuid.uuid4().hex[:8]}")
+    account, _ = await writes.create_account(engine, f"usage-{uuid.uuid4().hex[:8]}")
     return account.id
 
 

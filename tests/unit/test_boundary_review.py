@@ -20,12 +20,12 @@ from starlette.requests import Request
 from api.auth import Authenticator
 from api.errors import RateLimited, Unauthenticated
 from api.settings import ApiSettings
+from catalog.lookups import AccountInfo
 from protocol.documents import PredictionResponse
 from protocol.timings import RunnerTimes
 from protocol.values import WebhookEvent
 from runners.config import RunnerConfig
 from runners.webhooks import WebhookDispatcher
-from tracker.catalog import AccountInfo
 
 
 def _request(token: str, client: str = "203.0.113.7") -> Request:

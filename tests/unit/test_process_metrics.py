@@ -17,7 +17,19 @@ from director.metrics import DirectorMetrics
 from runners.metrics import RunnerMetrics
 from runners.pool.metrics import PoolMetrics
 
-PRODUCT = ["core", "protocol", "runners", "tracker", "lane", "director", "api", "gateway"]
+PRODUCT = [
+    "core",
+    "protocol",
+    "runners",
+    "tracker",
+    "catalog",
+    "files",
+    "blocks",
+    "lane",
+    "director",
+    "api",
+    "gateway",
+]
 
 
 def _modules() -> list[str]:

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
-from tracker.files.store import (
+from files.store import (
     CHUNK_BYTES,
     ChunkReader,
     ObjectMissing,
@@ -83,7 +83,7 @@ class _FileChunks(ChunkReader):
 
 
 class LocalStore:
-    """A :class:`~tracker.files.store.FileStore` over a directory (created on first use)."""
+    """A :class:`~files.store.FileStore` over a directory (created on first use)."""
 
     name = "local"
 

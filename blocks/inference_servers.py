@@ -9,7 +9,7 @@ saying how long it stays alive without the next) is ``alive`` until that grace r
 ``dead`` (the record stays, marked, and is no longer routed to); one that never heartbeat is
 ``registered``. The four fields a client writes are one JSONB document
 (``inference_servers.doc``); the id and times are columns. Filters and updates are translated to
-SQL (:mod:`tracker.mongo_json`) and evaluated by Postgres: a query never loads rows to test
+SQL (:mod:`blocks.mongo.filters`) and evaluated by Postgres: a query never loads rows to test
 them, and an update is one ``UPDATE`` of the locked row whose new document is an expression of
 the old one.
 
@@ -34,9 +34,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks.mongo.filters import Column, MongoError, compile_filter
+from blocks.mongo.updates import Change, update_select
 from tracker.db import autocommit
-from tracker.mongo_json import Column, MongoError, compile_filter
-from tracker.mongo_updates import Change, update_select
 from tracker.render import iso
 
 __all__ = [

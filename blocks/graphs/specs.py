@@ -13,7 +13,7 @@ The spec (JSON)::
      "return_steps": false}
 
 Each ``input`` value, ``when`` and ``output`` is a JMESPath expression over the context
-``{"input": <task data>, "steps": {<id>: {"output": ...}}}`` (:mod:`tracker.graph_expressions`).
+``{"input": <task data>, "steps": {<id>: {"output": ...}}}`` (:mod:`blocks.graphs.expressions`).
 A step needs the steps its expressions read, and those it lists in ``after``; it starts once
 they have all ended. ``output`` defaults to the last listed step's output.
 
@@ -21,7 +21,7 @@ they have all ended. ``output`` defaults to the last listed step's output.
 :class:`~tracker.input_checks.FieldError` naming its field (``steps[1].input.text``,
 ``steps[2].when``, ``output``): the shape, duplicate ids, more than :data:`MAX_STEPS` steps, a
 bad expression, a read of an unknown step or of the step itself, and a cycle (named step by
-step). What the blocks' schemas say of the mappings is :mod:`tracker.graph_schemas`'s.
+step). What the blocks' schemas say of the mappings is :mod:`blocks.graphs.schemas`'s.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tracker.graph_expressions import BadExpression, Expression, compile_expression
+from blocks.graphs.expressions import BadExpression, Expression, compile_expression
 from tracker.input_checks import FieldError, FieldErrors
 
 MAX_STEPS = 32

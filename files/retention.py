@@ -25,8 +25,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core.periodic import Periodic
 from core.transient import TRANSIENT
-from tracker.files.settings import FileSettings
-from tracker.files.store import FileStore, StoreUnavailable
+from files.settings import FileSettings
+from files.store import FileStore, StoreUnavailable
 from tracker.states import TERMINAL, sql_list
 
 log = logging.getLogger(__name__)

@@ -21,13 +21,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from files import records
+from files.links import FILE_ID, FileLinks, file_reference
+from files.quota import QuotaExceeded, UploadQuota
+from files.records import FileRecord
+from files.settings import FileSettings
+from files.store import FileStore, ObjectMissing, OpenedObject, StoreError, TooLarge
 from tracker.capabilities import Verdict
-from tracker.files import records
-from tracker.files.links import FILE_ID, FileLinks, file_reference
-from tracker.files.quota import QuotaExceeded, UploadQuota
-from tracker.files.records import FileRecord
-from tracker.files.settings import FileSettings
-from tracker.files.store import FileStore, ObjectMissing, OpenedObject, StoreError, TooLarge
 from tracker.keyset import PageKey
 
 __all__ = ["FileRecord", "FileRefError", "Files", "LinkExpired", "NoSuchFile", "QuotaExceeded"]

@@ -1,7 +1,7 @@
 """MongoDB update documents (``$set`` with dotted paths, ``$unset``, ``$inc``, ``$push`` with
 ``$each``, ``$addToSet``, ``$pull``) for the registry: parsed and checked
 (:func:`parse_update`), then compiled to one SQL expression over the stored JSONB document
-(:func:`update_select`). Filters, and what both share, are :mod:`tracker.mongo_json`'s."""
+(:func:`update_select`). Filters, and what both share, are :mod:`blocks.mongo.filters`'s."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.nesting import TooDeep, check_depth
-from tracker.mongo_json import (
+from blocks.mongo.filters import (
     _INDEX,
     FILTER_OPERATORS,
     UPDATE_OPERATORS,
@@ -21,6 +20,7 @@ from tracker.mongo_json import (
     _Filter,
     _split,
 )
+from core.nesting import TooDeep, check_depth
 
 
 @dataclass(frozen=True)

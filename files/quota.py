@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tracker.files.store import TooLarge
+from files.store import TooLarge
 
 
 @dataclass(frozen=True, slots=True)

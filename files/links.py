@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from files.records import FileRecord
 from tracker.capabilities import StreamSigner, Verdict
-from tracker.files.records import FileRecord
 from tracker.render import iso
 
 PURPOSE = "file"

@@ -3,8 +3,8 @@ and whether a ready runner serves it.
 
 A deployment block runs its deployment's released version (whoever may use the deployment may
 run it, whether or not it sees the model), unless the deployment is withdrawn
-(:func:`tracker.catalog.deployment_withdrawn`); a version block runs its version. What the account
-may not use is None, exactly as what does not exist (:func:`tracker.blocks.resolve`).
+(:func:`catalog.lookups.deployment_withdrawn`); a version block runs its version. What the account
+may not use is None, exactly as what does not exist (:func:`blocks.blocks.resolve`).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tracker import blocks
-from tracker.blocks import BlockInfo
-from tracker.catalog import AccountInfo, DeploymentInfo, VersionInfo
-from tracker.catalog_cache import Catalog
+from blocks import blocks
+from blocks.blocks import BlockInfo
+from catalog.cache import Catalog
+from catalog.lookups import AccountInfo, DeploymentInfo, VersionInfo
 from tracker.fleet import FleetView
 
 

@@ -8,10 +8,10 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from tracker.files.local import LocalStore
-from tracker.files.quota import UploadQuota
-from tracker.files.s3 import S3Store
-from tracker.files.store import FileStore
+from files.local import LocalStore
+from files.quota import UploadQuota
+from files.s3 import S3Store
+from files.store import FileStore
 
 MIB = 1024 * 1024
 
@@ -55,7 +55,7 @@ class FileSettings(BaseSettings):
     #: Seconds after a prediction ends that its output files and data (input, output, logs)
     #: are removed (``data_removed``); 0 keeps them.
     output_retention: int = Field(3600, ge=0)
-    #: Seconds between passes of the retention sweep (``tracker.files.retention``), which
+    #: Seconds between passes of the retention sweep (``files.retention``), which
     #: every api replica runs.
     sweep_interval: float = Field(60, gt=0)
     #: An output data URL of at most this many decoded bytes stays inline; larger ones are

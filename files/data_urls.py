@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from core.transient import TRANSIENT
-from tracker.files.store import StoreError
+from files.store import StoreError
 
 #: Base64 characters decoded per chunk of a parsed data URL (a multiple of 4).
 _DECODE_CHARS = 1024 * 1024

@@ -1,6 +1,6 @@
 """Read-your-writes for the catalogue caches of every process: a generation counter in Redis.
 
-Each process caches models, versions, deployments and grants (``tracker.catalog_cache``) for
+Each process caches models, versions, deployments and grants (``catalog.cache``) for
 ``CONDUIT_API_CACHE_TTL`` seconds. Every writer of the catalogue (the api's management routes,
 a director that makes a trained version, ``conduit admin``) bumps the counter once its change
 is committed; every cached read first reads the counter (one GET) and reloads an entry cached

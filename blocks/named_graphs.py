@@ -1,12 +1,12 @@
 """Named graphs: a graph of blocks registered by an account under a name, with explicit field
 mappings (JMESPath), ``when`` conditions, per-step timeouts and ``return_steps``
-(:mod:`tracker.graph_specs` reads the spec). A task runs one by naming its id (``gph-`` and
+(:mod:`blocks.graphs.specs` reads the spec). A task runs one by naming its id (``gph-`` and
 eight lowercase letters or digits) where it would name a block.
 
 A graph is its account's alone: another account reads, runs and deletes it as one that does
 not exist. :func:`compile_graph` checks a spec against the blocks as the account sees them
 (an unknown block and one it may not use are refused alike) and their schemas
-(:mod:`tracker.graph_schemas`); it runs at registration, and again before every run, since
+(:mod:`blocks.graphs.schemas`); it runs at registration, and again before every run, since
 blocks and their versions change after. :func:`explain` shows the plan it resolved.
 """
 
@@ -25,10 +25,10 @@ from sqlalchemy import Table, and_, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from blocks.graphs.schemas import StepBlock, check_mappings
+from blocks.graphs.specs import GraphSpec, RefusedGraph, parse_spec
 from tracker.block_tables import Graph
 from tracker.db import autocommit
-from tracker.graph_schemas import StepBlock, check_mappings
-from tracker.graph_specs import GraphSpec, RefusedGraph, parse_spec
 from tracker.input_checks import FieldError
 from tracker.keyset import PageKey, keyset_page
 from tracker.render import iso

@@ -5,7 +5,7 @@ every account's); a model is deleted only once it has no versions and none of it
 deployments runs it; a version only while none of the owner's deployments pins it and nothing
 of it is queued or running, and never once another account has run it. Another account's
 deployment never holds a model or version: the model's owner's withdrawal wins, and such a
-deployment is withdrawn with it (:func:`tracker.catalog.deployment_withdrawn`), as is one of a
+deployment is withdrawn with it (:func:`catalog.lookups.deployment_withdrawn`), as is one of a
 model its owner made private. A deployment is deleted only while nothing of it is queued or
 running.
 Versions and models are deleted softly (``deleted_at``), so predictions keep the version they
@@ -29,10 +29,10 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from catalog.lookups import AccountInfo, DeploymentInfo, ModelInfo, Visibility, manages
+from catalog.lookups import get_deployment as read_deployment
+from catalog.lookups import get_model as read_model
 from tracker.block_tables import Block
-from tracker.catalog import AccountInfo, DeploymentInfo, ModelInfo, Visibility, manages
-from tracker.catalog import get_deployment as read_deployment
-from tracker.catalog import get_model as read_model
 from tracker.keys import DEFAULT_SHARDS
 from tracker.states import UNFINISHED
 from tracker.tables import Account, Deployment, Model, Prediction, Version

@@ -2,8 +2,8 @@
 
 These change rarely and are read on every create, by the api and by the gateway alike, without
 a Postgres round trip per request. A change announced over Redis is seen by the next read in
-every process (``tracker.catalog_generation``); a short TTL bounds the rest (a revoked grant,
-a change whose announcement was lost). (Tokens are cached apart, in ``tracker.token_checks``.)
+every process (``catalog.generation``); a short TTL bounds the rest (a revoked grant,
+a change whose announcement was lost). (Tokens are cached apart, in ``catalog.token_checks``.)
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Generic, TypeVar
 from jsonschema import Draft7Validator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker import catalog
-from tracker.catalog_generation import CatalogGeneration
+from catalog import lookups
+from catalog.generation import CatalogGeneration
 from tracker.input_checks import build_validator
 
 K = TypeVar("K", bound=Hashable)
@@ -90,7 +90,7 @@ class Catalog:
     Models, versions and deployments are looked up for an account: one it may not see is
     None, exactly as one that does not exist. Entries are shared by every account; what each
     account was granted is cached per account, with the same TTL. With a ``generation``
-    (``tracker.catalog_generation``) every lookup first reads it, and a change committed by any
+    (``catalog.generation``) every lookup first reads it, and a change committed by any
     process that announced it (:meth:`changed`) is seen at once.
     """
 
@@ -99,12 +99,12 @@ class Catalog:
     ) -> None:
         self.engine = engine
         self.generation = generation
-        self._versions: TTLCache[str, tuple[catalog.VersionInfo, Draft7Validator | None] | None] = (
+        self._versions: TTLCache[str, tuple[lookups.VersionInfo, Draft7Validator | None] | None] = (
             TTLCache(ttl)
         )
-        self._models: TTLCache[tuple[str, str], catalog.ModelInfo | None] = TTLCache(ttl)
-        self._deployments: TTLCache[tuple[str, str], catalog.DeploymentInfo | None] = TTLCache(ttl)
-        self._grants: TTLCache[int, catalog.Grants] = TTLCache(ttl)
+        self._models: TTLCache[tuple[str, str], lookups.ModelInfo | None] = TTLCache(ttl)
+        self._deployments: TTLCache[tuple[str, str], lookups.DeploymentInfo | None] = TTLCache(ttl)
+        self._grants: TTLCache[int, lookups.Grants] = TTLCache(ttl)
 
     def forget(
         self,
@@ -136,34 +136,34 @@ class Catalog:
     async def _now(self) -> int | None:
         return None if self.generation is None else await self.generation.current()
 
-    async def grants(self, account_id: int) -> catalog.Grants:
+    async def grants(self, account_id: int) -> lookups.Grants:
         """The private models and deployments granted to the account; a grant or revoke is
         seen like any other catalogue change."""
         return await self._grants_at(account_id, await self._now())
 
-    async def _grants_at(self, account_id: int, generation: int | None) -> catalog.Grants:
+    async def _grants_at(self, account_id: int, generation: int | None) -> lookups.Grants:
         return await self._grants.get(
-            account_id, lambda: catalog.grants_of(self.engine, account_id), generation
+            account_id, lambda: lookups.grants_of(self.engine, account_id), generation
         )
 
     async def model(
-        self, account: catalog.AccountInfo, owner: str, name: str
-    ) -> catalog.ModelInfo | None:
+        self, account: lookups.AccountInfo, owner: str, name: str
+    ) -> lookups.ModelInfo | None:
         """The model, or None when it does not exist or ``account`` may not see it: the two are
         answered alike, so a private name is no oracle."""
         return await self._visible_model(account, owner, name, await self._now())
 
     async def _visible_model(
-        self, account: catalog.AccountInfo, owner: str, name: str, generation: int | None
-    ) -> catalog.ModelInfo | None:
+        self, account: lookups.AccountInfo, owner: str, name: str, generation: int | None
+    ) -> lookups.ModelInfo | None:
         model = await self._model(owner, name, generation)
         if model is None:
             return None
         return model if await self._sees(account, model, "model", generation) else None
 
     async def version(
-        self, account: catalog.AccountInfo, version_id: str
-    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
+        self, account: lookups.AccountInfo, version_id: str
+    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
         """A version (with its validator) of a model ``account`` sees, else None."""
         generation = await self._now()
         found = await self._version(version_id, generation)
@@ -174,8 +174,8 @@ class Catalog:
         return found if seen is not None else None
 
     async def version_of(
-        self, model: catalog.ModelInfo, version_id: str
-    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
+        self, model: lookups.ModelInfo, version_id: str
+    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
         """A version of ``model``, which the caller has already found visible (a model page
         read from the database): checking again against cached grants could disagree with
         that read for up to a TTL and refuse a model the same answer lists."""
@@ -185,8 +185,8 @@ class Catalog:
         return found
 
     async def deployment(
-        self, account: catalog.AccountInfo, owner: str, name: str
-    ) -> catalog.DeploymentInfo | None:
+        self, account: lookups.AccountInfo, owner: str, name: str
+    ) -> lookups.DeploymentInfo | None:
         """The deployment, or None when it does not exist or ``account`` may not see it."""
         generation = await self._now()
         deployment = await self._deployment(owner, name, generation)
@@ -196,43 +196,43 @@ class Catalog:
         return deployment if seen else None
 
     async def released_version(
-        self, deployment: catalog.DeploymentInfo
-    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
+        self, deployment: lookups.DeploymentInfo
+    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
         """The version a deployment runs: whoever may use the deployment may run it, whether
         or not it sees the model."""
         return await self._version(deployment.version_id, await self._now())
 
     async def _sees(
         self,
-        account: catalog.AccountInfo,
-        thing: catalog.ModelInfo | catalog.DeploymentInfo,
-        kind: catalog.Kind,
+        account: lookups.AccountInfo,
+        thing: lookups.ModelInfo | lookups.DeploymentInfo,
+        kind: lookups.Kind,
         generation: int | None,
     ) -> bool:
-        if catalog.sees(account, thing.owner, thing.visibility, granted=False):
+        if lookups.sees(account, thing.owner, thing.visibility, granted=False):
             return True  # public or its own: no grants to read
         grants = await self._grants_at(account.id, generation)
         return thing.id in (grants.models if kind == "model" else grants.deployments)
 
     async def _version(
         self, version_id: str, generation: int | None
-    ) -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
-        async def load() -> tuple[catalog.VersionInfo, Draft7Validator | None] | None:
-            info = await catalog.get_version(self.engine, version_id)
+    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
+        async def load() -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
+            info = await lookups.get_version(self.engine, version_id)
             return None if info is None else (info, build_validator(info.openapi_schema))
 
         return await self._versions.get(version_id, load, generation)
 
     async def _model(
         self, owner: str, name: str, generation: int | None
-    ) -> catalog.ModelInfo | None:
+    ) -> lookups.ModelInfo | None:
         return await self._models.get(
-            (owner, name), lambda: catalog.get_model(self.engine, owner, name), generation
+            (owner, name), lambda: lookups.get_model(self.engine, owner, name), generation
         )
 
     async def _deployment(
         self, owner: str, name: str, generation: int | None
-    ) -> catalog.DeploymentInfo | None:
+    ) -> lookups.DeploymentInfo | None:
         return await self._deployments.get(
-            (owner, name), lambda: catalog.get_deployment(self.engine, owner, name), generation
+            (owner, name), lambda: lookups.get_deployment(self.engine, owner, name), generation
         )

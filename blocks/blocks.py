@@ -7,7 +7,7 @@ A block belongs to the owner of what it names (the deployment's owner; a version
 model's owner), whoever publishes it: over REST, an admin's ``conduit admin create-block``, or
 an admin account's ``POST /v1/blocks`` (:func:`create` decides it, for all of them). Whoever
 manages that owner's things may delete it (its owner, an admin account). Who may *use*
-it is who may use what it names, by the catalog's own rules (:func:`tracker.catalog.sees`
+it is who may use what it names, by the catalog's own rules (:func:`catalog.lookups.sees`
 and the account's grants): a deployment block is usable as its deployment is, a version block
 as its model is. :func:`resolve` answers only usable blocks, and answers every other one
 exactly as one that does not exist.
@@ -27,9 +27,9 @@ from sqlalchemy import ColumnElement, Select, Table, and_, delete, func, or_, se
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker import catalog
+from catalog import lookups
+from catalog.lookups import AccountInfo, Grants
 from tracker.block_tables import Block
-from tracker.catalog import AccountInfo, Grants
 from tracker.db import autocommit
 from tracker.keyset import PageKey, keyset_page
 from tracker.tables import Account, Deployment, Grant, Model, Version
@@ -75,7 +75,7 @@ class BlockInfo:
 class _Subject:
     """What a block names, as the catalog's visibility rules read it."""
 
-    kind: catalog.Kind
+    kind: lookups.Kind
     id: int
     owner: str
     visibility: str
@@ -210,9 +210,9 @@ async def get(engine: AsyncEngine, block_id: str) -> BlockInfo | None:
 async def _may_use(
     engine: AsyncEngine, account: AccountInfo, subject: _Subject, grants: GrantsLoader | None
 ) -> bool:
-    if catalog.sees(account, subject.owner, subject.visibility, granted=False):
+    if lookups.sees(account, subject.owner, subject.visibility, granted=False):
         return True  # public or its own: no grants to read
-    load = grants or (lambda account_id: catalog.grants_of(engine, account_id))
+    load = grants or (lambda account_id: lookups.grants_of(engine, account_id))
     granted = await load(account.id)
     return subject.id in (granted.deployments if subject.kind == "deployment" else granted.models)
 
@@ -250,7 +250,7 @@ def _listed_for(account: AccountInfo) -> ColumnElement[bool]:
     """The account's own blocks and those it may use (SQL, by the catalog's rules)."""
     # The catalog's own condition for what an account sees (one rule, in one place),
     # applied to what each kind of block names.
-    visible = catalog._visible_to
+    visible = lookups._visible_to
     return or_(
         Block.account_id == account.id,
         and_(

@@ -22,9 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from tracker.blocks import BlockInfo
-from tracker.catalog import VersionInfo
-from tracker.graph_specs import GraphSpec, StepSpec
+from blocks.blocks import BlockInfo
+from blocks.graphs.specs import GraphSpec, StepSpec
+from catalog.lookups import VersionInfo
 from tracker.input_checks import FieldError
 
 #: Declared fields listed in a refusal of an undeclared one, at most.

@@ -24,8 +24,8 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tracker.files.local import Digests, check_key
-from tracker.files.store import (
+from files.local import Digests, check_key
+from files.store import (
     CHUNK_BYTES,
     ChunkReader,
     ObjectMissing,
@@ -130,7 +130,7 @@ class _BodyChunks(ChunkReader):
 
 
 class S3Store:
-    """A :class:`~tracker.files.store.FileStore` over one bucket (keys under ``prefix``)."""
+    """A :class:`~files.store.FileStore` over one bucket (keys under ``prefix``)."""
 
     name = "s3"
 

@@ -1,7 +1,7 @@
 """Creating and changing accounts, tokens, models, versions, deployments and grants.
 
 The operator's writes (``conduit admin``); the api only reads the catalogue
-(:mod:`tracker.catalog`). A name that does not exist is a :class:`LookupError`.
+(:mod:`catalog.lookups`). A name that does not exist is a :class:`LookupError`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from core.ids import new_api_token, new_webhook_secret, token_sha256
-from tracker.catalog import (
+from catalog.lookups import (
     ACCOUNT_COLUMNS,
     AccountInfo,
     DeploymentInfo,
@@ -25,6 +24,7 @@ from tracker.catalog import (
     get_model,
     get_version,
 )
+from core.ids import new_api_token, new_webhook_secret, token_sha256
 from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
 from tracker.tables import Account, ApiToken, Deployment, Grant, Model, Version

@@ -20,7 +20,7 @@ confirmed by exact equality at the path, or an element of a list at the path equ
 ``null`` matches a missing field too, as in MongoDB. Some fields may live in their own columns
 (:class:`Column`), compared there.
 
-Updates (:mod:`tracker.mongo_updates`): ``$set`` (dotted paths, creating
+Updates (:mod:`blocks.mongo.updates`): ``$set`` (dotted paths, creating
 missing documents on the way), ``$unset``, ``$inc``, ``$push`` and ``$addToSet`` (a value or
 ``{"$each": [...]}``), ``$pull`` (a value, or a condition of the comparison operators above).
 Each operator is one step of a chain of ``CROSS JOIN LATERAL`` subqueries, each a ``jsonb_set``

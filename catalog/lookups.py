@@ -4,7 +4,7 @@ Models and deployments belong to accounts (``owner`` is an account's name) and a
 or ``private``; an account sees a private one it owns or was granted, and an admin account
 every one (see :func:`sees`). The
 api reads through here; creating and changing them is the operator's
-(:mod:`tracker.catalog_admin`).
+(:mod:`catalog.writes`).
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def deployment_withdrawn() -> ColumnElement[bool]:
     deployment takes no predictions (the api and the gateway answer as for a model the caller
     may not see), its directors stop reading its queue (``director.release_watch``), a version
     it runs is not ``deployed`` for it, and it never keeps the model's owner from deleting a
-    version (:func:`tracker.management.delete_version`)."""
+    version (:func:`catalog.management.delete_version`)."""
     granted = (
         select(Grant.model_id)
         .join(Account, Account.id == Grant.account_id)

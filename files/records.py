@@ -28,8 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from files.quota import UploadQuota, Usage
 from tracker.db import autocommit
-from tracker.files.quota import UploadQuota, Usage
 from tracker.keyset import PageKey, keyset_page
 from tracker.tables import File
 
