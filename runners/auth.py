@@ -29,7 +29,7 @@ from aiohttp.typedefs import Middleware
 
 from protocol.headers import AUTHORIZATION, USER_AGENT
 from protocol.paths import PROBE_PATHS
-from runners.errors import InternalOnlyError, UnauthorizedError
+from runners.request_errors import InternalOnlyError, UnauthorizedError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from protocol.headers import CONTENT_ENCODING
-from runners.errors import UnsupportedEncodingError
+from runners.request_errors import UnsupportedEncodingError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

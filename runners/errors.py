@@ -1,7 +1,8 @@
-"""The refusals a runner answers with, each carrying its HTTP status and public ``code``.
+"""The root of the refusals a runner answers with, and the refusals of a request it cannot
+serve now (not ready, at capacity, queue full, rate limited, a model pool's refusals).
 
-Every class below is a request the runner refuses before any model code runs. The class says
-how it is answered -- ``status``, ``code`` (the problem's machine-readable name), ``title``,
+Every class of the tree is a request the runner refuses before any model code runs. The class
+says how it is answered -- ``status``, ``code`` (the problem's machine-readable name), ``title``,
 and ``reason`` (its label in the requests metric) -- so the HTTP shell renders any of them with
 one function (:func:`runners.problems.refusal`) and no table keyed by type::
 
@@ -35,6 +36,9 @@ one function (:func:`runners.problems.refusal`) and no table keyed by type::
     │                                                                 502 backend-unreachable
     └── (the refusals of control calls: :mod:`runners.control_errors`)
 
+The refusals of a request as it was sent -- its token (401, 403) and its body (415, 422) --
+are in :mod:`runners.request_errors`; the rest are here.
+
 Cog's own refusals keep coglet's bodies, so a Cog client sees what it knows. The others are
 RFC 9457 problem+json; the two the runner API spec names (queue full, rate limit) also carry
 the spec's ``error`` member, and their ``code`` is the spec's.
@@ -51,27 +55,14 @@ from typing import Any, ClassVar
 
 from protocol.documents import QueueFullDetail, RateLimitDetail
 from protocol.headers import (
-    ACCEPT_ENCODING,
-    AUTHORIZATION,
-    CONTENT_ENCODING,
     JSON,
     PROBLEM_JSON,
     RATE_LIMIT_LIMIT,
     RATE_LIMIT_REMAINING,
     RATE_LIMIT_RESET,
     RETRY_AFTER,
-    WWW_AUTHENTICATE,
 )
 from protocol.values import DeadlineCode, ErrorCode, RunnerStatus
-
-
-@dataclass(frozen=True)
-class ValidationIssue:
-    """One entry of a 422 ``detail`` list: ``loc`` is ``["body", "input", field]``."""
-
-    field: str
-    msg: str
-    type: str = "value_error"
 
 
 class RequestRefused(Exception):
@@ -96,44 +87,6 @@ class RequestRefused(Exception):
 
     def headers(self) -> dict[str, str]:
         return {} if self.retry_after is None else {RETRY_AFTER: str(self.retry_after)}
-
-
-class UnauthorizedError(RequestRefused):
-    """Raised when the runner has a token and a request (other than a health check) does not
-    carry it as ``Authorization: Bearer``."""
-
-    status = 401
-    code = "unauthorized"
-    title = "Unauthorized"
-    reason = "unauthorized"
-
-    def __init__(self) -> None:
-        super().__init__("this runner needs Authorization: Bearer <its CONDUIT_RUNNER_TOKEN>")
-
-    def members(self) -> dict[str, Any]:
-        return {"field": AUTHORIZATION}
-
-    def headers(self) -> dict[str, str]:
-        return super().headers() | {WWW_AUTHENTICATE: 'Bearer realm="conduit-runner"'}
-
-
-class InternalOnlyError(RequestRefused):
-    """Raised when a call only the runner's own director may make (shutdown, cancel, attach
-    or taking over a prediction's snapshots) comes to a runner without a token, from a peer
-    that loopback trust (``CONDUIT_RUNNER_TRUST_LOOPBACK``, :mod:`runners.auth`) does not
-    cover."""
-
-    status = 403
-    code = "internal-only"
-    title = "Forbidden"
-    reason = "internal_only"
-
-    def __init__(self, action: str, detail: str | None = None) -> None:
-        super().__init__(
-            detail
-            or f"{action} is accepted only from loopback, or with the runner token "
-            "(set CONDUIT_RUNNER_TOKEN on the runner and its director)"
-        )
 
 
 class _CogRefusal(RequestRefused):
@@ -179,63 +132,6 @@ class AtCapacityError(_CogRefusal):
 
     def __init__(self) -> None:
         super().__init__("At capacity - all prediction slots busy")
-
-
-class InputValidationError(RequestRefused):
-    """Raised when the input fails validation against ``components.schemas.Input``; answered
-    as Cog (FastAPI) answers it: ``{"detail": [{"loc", "msg", "type"}, ...]}``."""
-
-    status = 422
-    code = "invalid-input"
-    reason = "invalid"
-    media_type = JSON
-
-    def __init__(self, issues: list[ValidationIssue]) -> None:
-        super().__init__("; ".join(f"{issue.field}: {issue.msg}" for issue in issues))
-        self.issues = issues
-
-    def body(self) -> dict[str, Any]:
-        detail = [
-            {"loc": ["body", "input", issue.field], "msg": issue.msg, "type": issue.type}
-            for issue in self.issues
-        ]
-        return {"detail": detail}
-
-
-class UnsupportedEncodingError(RequestRefused):
-    """Raised for a request body sent with a ``Content-Encoding``: Cog's protocol never
-    compresses a body, and one inflated only to be refused costs far more than it weighs."""
-
-    status = 415
-    code = "unsupported-content-encoding"
-    title = "Unsupported Media Type"
-    reason = "unsupported_encoding"
-
-    def __init__(self, encoding: str) -> None:
-        super().__init__(
-            f"request bodies are not decoded: send it without Content-Encoding ({encoding!r})"
-        )
-
-    def members(self) -> dict[str, Any]:
-        return {"field": CONTENT_ENCODING}
-
-    def headers(self) -> dict[str, str]:
-        # RFC 9110 §15.5.16: name the encodings that would be accepted (none but identity).
-        return super().headers() | {ACCEPT_ENCODING: "identity"}
-
-
-class WebhookRefusedError(RequestRefused):
-    """Raised when a prediction names a webhook the SSRF guard refuses (an internal address
-    not in ``CONDUIT_RUNNER_WEBHOOK_ALLOW``); answered as the runner answers other bad bodies,
-    ``{"detail": [{"loc": ["body", "webhook"], ...}]}``, before anything runs."""
-
-    status = 422
-    code = "webhook-refused"
-    reason = "invalid"
-    media_type = JSON
-
-    def body(self) -> dict[str, Any]:
-        return {"detail": [{"loc": ["body", "webhook"], "msg": str(self), "type": "value_error"}]}
 
 
 class QueueFullError(RequestRefused):

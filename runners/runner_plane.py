@@ -21,11 +21,12 @@ from protocol.lifecycle import (
 )
 from protocol.values import FlushScope, RunnerHealth
 from runners.control_errors import StartingError, StoppingError, UnknownTaskError
+from runners.control_outcomes import FlushOutcome
 from runners.control_plane import ControlPlane
 from runners.model import ModelCacheFlush
 from runners.optokens import OpTokenVerifier
 from runners.resources import MIB
-from runners.service import FlushOutcome, RunnerService
+from runners.service import RunnerService
 
 
 class RunnerControlPlane(ControlPlane):

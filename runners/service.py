@@ -6,7 +6,9 @@ health can say ``STARTING``), the in-flight table that idempotent PUT and cancel
 is forgotten as soon as its prediction finishes), the webhook dispatcher — plus the control
 plane: a bounded priority queue in front of the ``concurrency`` slots, per-tenant rate limits,
 load/unload/flush, and the figures ``/v1/capabilities``, ``/health`` and ``/metrics`` report.
-It does not know HTTP; it raises :mod:`runners.errors` for requests it refuses.
+It does not know HTTP; it raises :mod:`runners.errors` (and :mod:`runners.request_errors`) for
+requests it refuses. What a request asks and gets back is in :mod:`runners.admission`, what a
+control call did in :mod:`runners.control_outcomes`.
 """
 
 from __future__ import annotations
@@ -18,24 +20,25 @@ import platform
 import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from protocol.documents import PredictionRequest
-from protocol.values import FlushScope, HealthStatus, Priority, RunnerStatus
+from protocol.values import FlushScope, HealthStatus, RunnerStatus
 from runners import COG_VERSION
-from runners.cache import CacheMode, CacheView, Flushed, ResultCache
+from runners.admission import Admitted, RequestOptions
+from runners.cache import CacheView, ResultCache
 from runners.capabilities import CapabilitiesCache, build_capabilities
 from runners.config import RunnerConfig
 from runners.control_errors import LifecycleConflictError, UnknownModelError
+from runners.control_outcomes import FlushOutcome, UnloadOutcome
 from runners.control_plane import op_token_verifier
-from runners.errors import ModelNotLoadedError, NotReadyError, RateLimit, RateLimitedError
+from runners.errors import ModelNotLoadedError, NotReadyError, RateLimitedError
 from runners.file_inputs import file_fields
 from runners.files import PredictionFiles
-from runners.lifecycle import LoadTask, ModelLifecycle, ModelState, Unloaded
+from runners.lifecycle import LoadTask, ModelLifecycle, ModelState
 from runners.metrics import RunnerMetrics
-from runners.model import Model, ModelCacheFlush
+from runners.model import Model
 from runners.prediction import Prediction
 from runners.ratelimit import TenantRateLimiter
 from runners.resources import CpuMeter, GpuMonitor, process_rss, system_memory
@@ -45,46 +48,6 @@ from runners.validation import InputValidator
 from runners.webhooks import SnapshotSink, WebhookDispatcher
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RequestOptions:
-    """What a prediction request's headers ask of the runner."""
-
-    tenant: str = "default"
-    priority: Priority = Priority.NORMAL
-    cache_mode: CacheMode = CacheMode.DEFAULT
-    cache_tag: str | None = None
-    #: Snapshots go down the response (``Accept: application/x-ndjson``), see
-    #: :mod:`runners.streaming`; the webhook is the fallback.
-    stream: bool = False
-
-
-@dataclass(frozen=True)
-class Admitted:
-    prediction: Prediction
-    rate: RateLimit | None
-    #: The snapshot stream for the response to pump, when the request asked for one.
-    stream: SnapshotStream | None = None
-
-
-@dataclass(frozen=True)
-class UnloadOutcome:
-    unloaded: Unloaded
-    cache: Flushed
-    """The model's entries dropped from the result cache with it."""
-
-    @property
-    def freed_bytes(self) -> int:
-        """The model's own figure plus the result-cache entries dropped."""
-        return self.unloaded.model_bytes + self.cache.bytes_freed
-
-
-@dataclass(frozen=True)
-class FlushOutcome:
-    cache: Flushed
-    model: ModelCacheFlush | None
-    """What the model's own caches released; None when they were not flushed (or it has none)."""
 
 
 class RunnerService:
@@ -270,7 +233,7 @@ class RunnerService:
         self, request: PredictionRequest, trace: Mapping[str, str] | None = None
     ) -> SnapshotSink | None:
         """The request's webhook sender, if it named a webhook; raises
-        :class:`runners.errors.WebhookRefusedError` for one the SSRF guard refuses."""
+        :class:`runners.request_errors.WebhookRefusedError` for one the SSRF guard refuses."""
         if not request.webhook:
             return None
         return self.webhooks.sender(request.webhook, request.webhook_events_filter, trace or {})

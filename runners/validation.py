@@ -17,7 +17,7 @@ from jsonschema.exceptions import ValidationError
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from runners.errors import InputValidationError, ValidationIssue
+from runners.request_errors import InputValidationError, ValidationIssue
 
 _DOCUMENT_URI = "urn:conduit:openapi"
 

@@ -37,7 +37,7 @@ from protocol.headers import ACCEPT, AUTHORIZATION, CONTENT_TYPE, JSON, USER_AGE
 from protocol.values import WebhookEvent
 from runners import COG_VERSION
 from runners.config import RunnerConfig
-from runners.errors import WebhookRefusedError
+from runners.request_errors import WebhookRefusedError
 
 log = logging.getLogger(__name__)
 

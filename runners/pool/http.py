@@ -36,7 +36,7 @@ from runners.auth import TOKEN_REQUIRED, is_loopback_host, require_internal
 from runners.config import RunnerConfig
 from runners.control import CONTROL_PLANE, control_app
 from runners.control_plane import op_token_verifier
-from runners.pool.backends import build
+from runners.pool.backend_factory import build
 from runners.pool.config import FixedProbe, MemoryProbe, PoolConfigError
 from runners.pool.config_file import PoolFile, load
 from runners.pool.core import PoolCore

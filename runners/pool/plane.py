@@ -21,7 +21,7 @@ from runners.control_errors import InvalidFieldError, LifecycleConflictError, Un
 from runners.control_plane import ControlPlane
 from runners.optokens import OpTokenVerifier
 from runners.pool import documents
-from runners.pool.backends import ConduitBackend
+from runners.pool.conduit_backend import ConduitBackend
 from runners.pool.metrics import PoolMetrics
 from runners.pool.state import Pool
 from runners.resources import MIB, process_rss

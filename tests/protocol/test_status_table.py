@@ -37,8 +37,6 @@ from runners.errors import (
     CooldownError,
     DeadlineExceededError,
     DeadlineUnmeetableError,
-    InputValidationError,
-    InternalOnlyError,
     LoadFailedError,
     ModelNotLoadedError,
     ModelTooLargeError,
@@ -48,13 +46,17 @@ from runners.errors import (
     RateLimit,
     RateLimitedError,
     RequestRefused,
-    UnauthorizedError,
     UnknownSlotError,
+)
+from runners.problems import refusal
+from runners.request_errors import (
+    InputValidationError,
+    InternalOnlyError,
+    UnauthorizedError,
     UnsupportedEncodingError,
     ValidationIssue,
     WebhookRefusedError,
 )
-from runners.problems import refusal
 
 #: What each side may make of an answer, in words both share.
 ACCEPTED, BAD_INPUT, CAPACITY, RUNNER_FAILED = "accepted", "bad input", "capacity", "failed"
