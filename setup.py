@@ -13,6 +13,7 @@ PACKAGES = [
     "catalog*",
     "files*",
     "blocks*",
+    "front*",
     "lane*",
     "director*",
     "gateway*",

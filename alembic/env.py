@@ -15,7 +15,7 @@ from logging.config import fileConfig
 from sqlalchemy import create_engine, pool, text
 
 from alembic import context
-from tracker import block_tables, ops_tables, registry_tables  # noqa: F401  (their tables, on Base's metadata)
+from tracker import block_tables, ops_tables, record_tables, registry_tables  # noqa: F401  (their tables, on Base's metadata)
 from tracker.db import MIGRATE_LOCK_KEY, connect_args, sqlalchemy_url
 from tracker.tables import Base
 

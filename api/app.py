@@ -57,10 +57,11 @@ from files.links import FileLinks
 from files.retention import RetentionSweep
 from files.service import Files
 from files.settings import FileSettings
+from front.door import FrontDoor
+from front.durable import Durable
 from lane.service import Lane
 from lane.settings import LaneSettings
 from tracker import keys
-from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
@@ -69,6 +70,7 @@ from tracker.group_commit import Batcher
 from tracker.rate_limits import CreateRateLimit
 from tracker.redis_connect import require_noeviction
 from tracker.store import insert_predictions
+from tracker.stream_urls import StreamUrlSettings
 from tracker.waiter_shares import WaiterShares
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
@@ -169,24 +171,27 @@ async def _open(
     stack.push_async_callback(retention.stop)
     # Rendered per request under the request's base URL unless a public URL is set.
     file_links = FileLinks((settings.public_url or "").rstrip("/"), signer)
+    catalog = Catalog(engine, settings.cache_ttl, CatalogGeneration(redis))
+    files = Files(engine, file_store, file_links, file_settings)
+    create_limit = CreateRateLimit.configured(
+        redis, settings.create_rate_limit, settings.create_rate_burst
+    )
+    durable = Durable(new_predictions, queue, engine)
     resources = Resources(
         settings=settings,
         engine=engine,
         redis=redis,
         queue=queue,
-        catalog=Catalog(engine, settings.cache_ttl, CatalogGeneration(redis)),
+        catalog=catalog,
         auth=Authenticator(functools.partial(lookups.account_for_token, engine), settings),
         stream_signer=signer,
         events=EventLog(redis, settings.events_retention),
         hub=hub,
         webhooks=policy,
         dispatcher=dispatcher,
-        new_predictions=new_predictions,
+        front=FrontDoor.of(catalog, durable, files, create_limit),
         replica=replica,
         lane=lane,
-        create_limit=CreateRateLimit.configured(
-            redis, settings.create_rate_limit, settings.create_rate_burst
-        ),
         upload_limit=CreateRateLimit.configured(
             redis,
             file_settings.upload_rate_limit,
@@ -194,7 +199,7 @@ async def _open(
             keys.upload_rate_key,
             "files uploaded",
         ),
-        files=Files(engine, file_store, file_links, file_settings),
+        files=files,
         log_engine=log_engine,
     )
     await lane.start()

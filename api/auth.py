@@ -8,7 +8,7 @@ The address is the connection's peer, or what ``X-Forwarded-For`` says when the 
 configured trusted proxy (``trusted_proxies``; the server applies it, see
 ``conduit.commands.cmd_api``).
 
-Stream URLs carry their own credential (``tracker.capabilities``): :func:`stream_capability`.
+Stream URLs carry their own credential (``tracker.stream_urls``): :func:`stream_capability`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from fastapi import Request
 
 from api.errors import Forbidden, RateLimited, Unauthenticated
 from api.settings import ApiSettings
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from catalog.token_checks import Refused, TokenChecks, TooManyFailures, address_key
-from tracker.capabilities import StreamSigner, Verdict
+from tracker.stream_urls import Signature, StreamSigner
 
 
 def bearer_token(request: Request) -> str | None:
@@ -70,7 +70,7 @@ class Authenticator:
 
 async def stream_capability(
     signer: StreamSigner, prediction_id: str, exp: str | None, sig: str | None
-) -> Verdict | None:
+) -> Signature | None:
     """What the stream URL's ``exp``/``sig`` are worth for this prediction; None without them.
 
     Checking costs no query: an HMAC cannot be guessed, so refusals spend no address's budget.
@@ -80,10 +80,10 @@ async def stream_capability(
     return await signer.check(prediction_id, exp, sig)
 
 
-def refuse_capability(verdict: Verdict) -> NoReturn:
+def refuse_capability(verdict: Signature) -> NoReturn:
     """A signature no key made is 401 ``invalid_signature``; a genuine one past its expiry is
     403 ``expired_signature`` (the link was good: fetching the prediction gives a fresh one)."""
-    if verdict is Verdict.EXPIRED:
+    if verdict is Signature.EXPIRED:
         raise Forbidden(
             "This stream URL has expired; fetch the prediction again for a fresh one.",
             code="expired_signature",

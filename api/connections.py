@@ -110,7 +110,7 @@ def fit_to_descriptors(wanted: int, reserve: int) -> int:
     return fitted
 
 
-class Refusal(Enum):
+class ConnectionsFull(Enum):
     """Why a connection was not admitted."""
 
     FULL = "The server holds as many connections as it may; retry shortly."
@@ -132,13 +132,13 @@ class ConnectionLedger:
         self.open = 0
         self._per_address: Counter[str] = Counter()
 
-    def admit(self, host: str) -> Admission | Refusal:
+    def admit(self, host: str) -> Admission | ConnectionsFull:
         if self.open >= self.limits.max_connections:
-            return Refusal.FULL
+            return ConnectionsFull.FULL
         key = None if self.limits.is_proxy(host) else address_key(host)
         if key is not None:
             if self._per_address[key] >= self.limits.max_connections_per_address:
-                return Refusal.ADDRESS_FULL
+                return ConnectionsFull.ADDRESS_FULL
             self._per_address[key] += 1
         self.open += 1
         return Admission(key)

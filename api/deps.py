@@ -7,24 +7,22 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from redis.asyncio import Redis
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from api.auth import Authenticator
 from api.settings import ApiSettings
 from catalog.cache import Catalog
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from director.queue import Queue
 from files.service import Files
+from front.door import FrontDoor
 from lane.service import Lane
-from tracker.capabilities import StreamSigner
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
 from tracker.events import EventLog
-from tracker.group_commit import Batcher
 from tracker.rate_limits import CreateRateLimit
 from tracker.render import PredictionLinks
-from tracker.store import NewPrediction
+from tracker.stream_urls import StreamSigner
 from tracker.webhooks import WebhookPolicy
 
 
@@ -46,14 +44,12 @@ class Resources:
     hub: EventHub
     webhooks: WebhookPolicy
     dispatcher: Dispatcher
-    #: Group commit of new predictions (:func:`tracker.store.insert_predictions`).
-    new_predictions: Batcher[NewPrediction, RowMapping]
+    #: Resolution, admission and the durable path of every create (:mod:`front`).
+    front: FrontDoor
     #: The read replica's engine (``CONDUIT_DATABASE_READ_URL``), if there is one.
     replica: AsyncEngine | None = None
     #: The synchronous lane (``/run``): permits, queue and runners of this replica.
     lane: Lane | None = None
-    #: Each account's rate of creates, shared by the replicas (None: not limited).
-    create_limit: CreateRateLimit | None = None
     #: Each account's rate of uploads (``POST /v1/files``).
     upload_limit: CreateRateLimit | None = None
     #: Uploads, file outputs' delivery, and file references in inputs (``files``).
@@ -102,5 +98,4 @@ AccountDep = Annotated[AccountInfo, Depends(get_account)]
 async def limit_creates(resources: ResourcesDep, account: AccountDep) -> None:
     """One create of the account, against its rate (``tracker.rate_limits``): 429 past it. A
     dependency of every create route; ``/run`` calls it itself."""
-    if resources.create_limit is not None:
-        await resources.create_limit.check(account.id)
+    await resources.front.admission.count_creates(account.id)

@@ -24,9 +24,18 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.errors import Problem, RateLimited, lane_problem, problem_response
+from api.errors import (
+    Problem,
+    RateLimited,
+    invalid_input,
+    lane_problem,
+    problem_response,
+    unknown_destination,
+)
 from core.transient import TRANSIENT, past_database_limit
+from front.destinations import InvalidName, UnknownDestination
 from lane import errors as lane_errors
+from tracker.input_checks import RefusedInput
 from tracker.rate_limits import OverRate
 
 log = logging.getLogger(__name__)
@@ -54,6 +63,16 @@ async def _on_over_rate(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, OverRate)
     # One at a time (the api's creates and uploads) always fits once on schedule.
     return await _on_problem(request, RateLimited(exc.detail, exc.retry_after or 1))
+
+
+async def _on_unknown_destination(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UnknownDestination | InvalidName)
+    return await _on_problem(request, unknown_destination(exc))
+
+
+async def _on_refused_input(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RefusedInput)
+    return await _on_problem(request, invalid_input(exc))
 
 
 async def _on_lane(request: Request, exc: Exception) -> JSONResponse:
@@ -197,6 +216,10 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Problem, _on_problem)
     app.add_exception_handler(lane_errors.LaneError, _on_lane)
     app.add_exception_handler(OverRate, _on_over_rate)
+    # What the front door refuses (:mod:`front`), before anything is stored.
+    app.add_exception_handler(UnknownDestination, _on_unknown_destination)
+    app.add_exception_handler(InvalidName, _on_unknown_destination)
+    app.add_exception_handler(RefusedInput, _on_refused_input)
     app.add_exception_handler(RequestValidationError, _on_validation)
     app.add_exception_handler(StarletteHTTPException, _on_http)
     app.add_exception_handler(DBAPIError, _on_database)

@@ -45,6 +45,7 @@ from typing import Any, ClassVar, Literal
 
 from fastapi.responses import JSONResponse
 
+from front.destinations import InvalidName, UnknownDestination
 from lane import errors as lane_errors
 from lane.events import RejectReason
 from tracker.input_checks import RefusedInput
@@ -128,6 +129,16 @@ class InvalidInput(Problem):
 
     status = 422
     title = "Invalid input"
+
+
+def unknown_destination(refused: UnknownDestination | InvalidName) -> Problem:
+    """What the front door could not resolve: 422 naming the body's field that named it, else
+    (named by the path) 404."""
+    if refused.field is None:
+        return NotFound(refused.detail)
+    return InvalidInput(
+        refused.detail, errors=[{"field": refused.field, "message": refused.reason}]
+    )
 
 
 def invalid_input(refused: RefusedInput) -> InvalidInput:

@@ -32,7 +32,7 @@ from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT, FlowControl
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from api.connections import Admission, BodyPace, ConnectionLedger, ConnectionLimits, Refusal
+from api.connections import Admission, BodyPace, ConnectionLedger, ConnectionLimits, ConnectionsFull
 from api.errors import PROBLEM_JSON
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         super().connection_made(transport)
         self.flow = GatedFlow(transport, self._may_read)
         admitted = self.ledger.admit(self.client[0] if self.client else "")
-        if isinstance(admitted, Refusal):
+        if isinstance(admitted, ConnectionsFull):
             self._refused = True
             log.debug("connection from %s refused: %s", self.client, admitted.name)
             transport.write(

@@ -3,10 +3,11 @@
 It overrides the deployment's priority and is forwarded to the runner as it is; an unknown
 value is refused (422) rather than silently run at the default.
 
-``high`` is an entitlement: it is honoured only for an account allowed it or on a deployment
-that allows it; anyone else's ``high`` is quietly run at the default (the deployment's
-priority), as if the header were absent, not refused: a client written for an entitled account
-keeps working. ``low`` and ``normal`` are never held back: asking for less is harmless.
+``high`` is an entitlement (:func:`front.admission.honoured`): it is honoured only for an
+account allowed it or on a deployment that allows it; anyone else's ``high`` is quietly run at
+the default (the deployment's priority), as if the header were absent, not refused: a client
+written for an entitled account keeps working. ``low`` and ``normal`` are never held back:
+asking for less is harmless.
 """
 
 from __future__ import annotations
@@ -29,13 +30,3 @@ def parse_priority_header(value: str | None) -> Priority | None:
             errors=[{"field": HEADER, "message": f"must be one of {allowed}"}],
         )
     return priority
-
-
-def honoured(
-    requested: Priority | None, account_may: bool, deployment_allows: bool
-) -> Priority | None:
-    """The priority a prediction is stored and run with: ``requested``, except an ``high`` that
-    neither the account nor the deployment is entitled to (None: the deployment's applies)."""
-    if requested is Priority.HIGH and not (account_may or deployment_allows):
-        return None
-    return requested

@@ -1,137 +1,32 @@
-"""Prediction use cases behind the routes: resolve, validate, store, enqueue, cancel, list."""
+"""Prediction use cases behind the routes: create (through the front door, :mod:`front`),
+cancel, get, list."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import RowMapping
 
 from api.deps import Resources
-from api.errors import InvalidInput, NotFound, invalid_input
+from api.errors import InvalidInput, NotFound
 from api.idempotency import Idempotency
 from api.pagination import decode_cursor, encode_cursor
 from api.prediction_filters import PredictionFilters
-from api.priority import honoured
 from api.protocol import PredictionCreate
-from catalog.lookups import AccountInfo, VersionInfo
-from core.ids import new_prediction_id
+from catalog.records import AccountInfo
 from core.logs import REQUEST_ID
 from core.ssrf import BlockedAddress, check_webhook_url
-from director.submit import enqueue_stored, submit
+from front.admission import honoured, new_prediction
+from front.destinations import Destination, check_text
 from tracker import store
-from tracker.input_checks import RefusedInput, canonical_input, check_input, text_problem
-from tracker.keys import Target
 from tracker.keyset import PageKey
 from tracker.priority import Priority
 from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
-from tracker.store import NewPrediction
 
 T = TypeVar("T")
-
-VERSION_ID = re.compile(r"^[0-9a-f]{64}$")
-QUALIFIED_VERSION = re.compile(r"^(?P<owner>[^/\s]+)/(?P<name>[^/:\s]+):(?P<id>[0-9a-f]{64})$")
-MODEL_NAME = re.compile(r"^(?P<owner>[^/\s:]+)/(?P<name>[^/\s:]+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Destination:
-    """What a create request resolved to."""
-
-    version: VersionInfo
-    validator: Any
-    target: Target
-    deployment_id: int | None = None
-    deployment: str | None = None
-    #: The deployment honours ``X-Priority: high`` from anyone who may run it.
-    allow_high_priority: bool = False
-    #: A training (``Target.training``): the model its new version goes to.
-    trains_into: str | None = None
-
-
-async def resolve_version_field(
-    resources: Resources, account: AccountInfo, version: str | None
-) -> Destination:
-    """``version`` on ``POST /v1/predictions``: a 64-hex id, ``owner/name:id`` or ``owner/name``."""
-    if not version:
-        raise InvalidInput("version is required", errors=[_err("version", "Field required")])
-    _check_text("version", version)
-    qualified = QUALIFIED_VERSION.match(version)
-    if qualified:
-        return await _version_destination(
-            resources, account, qualified["id"], qualified["owner"], qualified["name"]
-        )
-    if VERSION_ID.match(version):
-        return await _version_destination(resources, account, version, None, None)
-    named = MODEL_NAME.match(version)
-    if named:
-        return await resolve_model(
-            resources, account, named["owner"], named["name"], field="version"
-        )
-    raise InvalidInput(
-        "version must be a 64-character version id, owner/name:version_id or owner/name",
-        errors=[_err("version", "not a version id")],
-    )
-
-
-async def _version_destination(
-    resources: Resources,
-    account: AccountInfo,
-    version_id: str,
-    owner: str | None,
-    name: str | None,
-) -> Destination:
-    # A version of a model the account may not see does not exist for it: same answer.
-    found = await resources.catalog.version(account, version_id)
-    if found is None or (owner is not None and found[0].model != f"{owner}/{name}"):
-        raise InvalidInput(
-            f"Version {version_id} does not exist", errors=[_err("version", "unknown version")]
-        )
-    info, validator = found
-    if not info.deployed:
-        raise InvalidInput(
-            f"Version {version_id} of {info.model} is not run by any deployment",
-            errors=[_err("version", "no deployment runs this version")],
-        )
-    return Destination(info, validator, Target.version(info.id, info.shards))
-
-
-async def resolve_model(
-    resources: Resources, account: AccountInfo, owner: str, name: str, field: str | None = None
-) -> Destination:
-    model = await resources.catalog.model(account, owner, name)
-    if model is None or model.latest_version_id is None:
-        message = f"Model {owner}/{name} does not exist or has no versions"
-        if field:
-            raise InvalidInput(message, errors=[_err(field, "unknown model")])
-        raise NotFound(message)
-    return await _version_destination(resources, account, model.latest_version_id, None, None)
-
-
-async def resolve_deployment(
-    resources: Resources, account: AccountInfo, owner: str, name: str
-) -> Destination:
-    deployment = await resources.catalog.deployment(account, owner, name)
-    if deployment is None:
-        raise NotFound(f"Deployment {owner}/{name} does not exist")
-    if deployment.withdrawal is not None:
-        raise NotFound(deployment.withdrawal)
-    found = await resources.catalog.released_version(deployment)
-    if found is None:
-        raise NotFound(f"Deployment {owner}/{name} runs a version that no longer exists")
-    info, validator = found
-    return Destination(
-        info,
-        validator,
-        Target.deployment(deployment.full_name, deployment.shards),
-        deployment_id=deployment.id,
-        deployment=deployment.full_name,
-        allow_high_priority=deployment.allow_high_priority,
-    )
 
 
 async def create(
@@ -143,90 +38,41 @@ async def create(
     idempotency: Idempotency | None = None,
     priority: Priority | None = None,
 ) -> tuple[RowMapping, bool]:
-    """Validate, commit the row, then append to the queue: a 201 is never lost.
+    """Admit, commit the row, then append to the queue: a 201 is never lost.
 
     Returns the row and whether it is a replay: with ``idempotency``, a key already used for
     the same request gives back that prediction, and nothing is stored or queued. ``priority``
     is the one requested; the one stored is what the account is entitled to
-    (:func:`api.priority.honoured`).
+    (:func:`front.admission.honoured`).
     """
-    input_json = checked_input(destination, body.input, resources.settings.max_input_depth)
-    await check_file_references(resources, account, body.input)
+    front = resources.front
+    input_json = front.admission.input(destination, body.input)
+    await front.admission.files(account.id, body.input)
     webhook, events = body.webhook, body.webhook_events_filter
     if webhook is None and body.webhook_completed:
         webhook, events = body.webhook_completed, ["completed"]
     if webhook is not None:
-        _check_text("webhook" if body.webhook is not None else "webhook_completed", webhook)
+        check_text("webhook" if body.webhook is not None else "webhook_completed", webhook)
         try:
             check_webhook_url(webhook, resources.webhooks.allow, refused=resources.webhooks.refused)
         except BlockedAddress as error:
             raise InvalidInput(str(error), errors=[_err("webhook", str(error))]) from error
-    target = destination.target
-    priority = honoured(priority, account.may_use_high_priority, destination.allow_high_priority)
-    new = NewPrediction(
-        id=new_prediction_id(),
-        account_id=account.id,
-        model=destination.version.model,
-        version_id=destination.version.id,
-        deployment_id=destination.deployment_id,
-        deployment=destination.deployment,
-        input=body.input,
-        input_json=input_json,
+    new = new_prediction(
+        account,
+        destination,
+        body.input,
+        input_json,
         webhook=webhook,
         webhook_events_filter=list(events) if events is not None else None,
-        target=target.name,
         deadline=datetime.now(UTC) + cancel_after if cancel_after else None,
-        priority=priority.value if priority is not None else None,
+        priority=honoured(priority, account.may_use_high_priority, destination.allow_high_priority),
         request_id=REQUEST_ID.get(),
-        kind="training" if destination.trains_into is not None else "prediction",
-        destination=destination.trains_into,
     )
     if idempotency is None:
         # Stored, then queued; a Redis failure after the commit is answered as stored (201,
         # "starting") and left to the reconciler (``director.submit``).
-        return await submit(resources.new_predictions, resources.queue, new, target), False
-    async with resources.engine.begin() as conn:
-        row, replayed = await idempotency.insert_once(conn, new)
-    if replayed:
-        return row, True
-    await enqueue_stored(resources.queue, new, target)
-    return row, False
-
-
-def checked_input(destination: Destination, input: dict[str, Any], max_depth: int) -> bytes:
-    """The input as canonical JSON bytes, once its version's schema accepts it: else 422
-    naming each field, before anything is stored. A field the schema does not declare is
-    refused too: Cog would drop it and the run would succeed without it."""
-    try:
-        # Canonical first: the schema's messages quote the values, which must be sendable.
-        input_json = canonical_input(input, max_depth)
-        check_input(destination.validator, input, refuse_unknown=True)
-    except RefusedInput as refused:
-        raise invalid_input(refused) from refused
-    return input_json
-
-
-def canonical(input: dict[str, Any], max_depth: int) -> bytes:
-    """The input as canonical JSON bytes, else 422 naming each field."""
-    try:
-        return canonical_input(input, max_depth)
-    except RefusedInput as refused:
-        raise invalid_input(refused) from refused
-
-
-async def check_file_references(
-    resources: Resources, account: AccountInfo, input: dict[str, Any], base_url: str | None = None
-) -> dict[str, Any]:
-    """Refuse an input whose file references (``/v1/files/{id}`` URLs) name anything but the
-    account's live uploads: 422 naming each field, before anything is stored. Returns the
-    input as a runner gets it (each reference a signed delivery URL under ``base_url``)."""
-    if resources.files is None:
-        return input
-    linked, errors = await resources.files.input_links(account.id, input, base_url)
-    if errors:
-        detail = "; ".join(f"{e.field}: {e.message}" for e in errors)
-        raise InvalidInput(detail, errors=[_err(e.field, e.message) for e in errors])
-    return linked
+        return await front.durable.submit(new, destination.target), False
+    return await front.durable.submit_once(new, destination.target, idempotency.insert_once)
 
 
 async def cancel(
@@ -351,10 +197,3 @@ def keyset_page(
 
 def _err(field: str, message: str) -> dict[str, str]:
     return {"field": field, "message": message}
-
-
-def _check_text(field: str, value: str) -> None:
-    """Refuse a text field Postgres cannot store or a response cannot carry."""
-    problem = text_problem(value)
-    if problem is not None:
-        raise InvalidInput(f"{field}: {problem}", errors=[_err(field, problem)])

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from core.nesting import DEPTH_CEILING, MAX_DEPTH
 from tracker.rate_limits import parse_limit
 
 
@@ -97,9 +96,6 @@ class ApiSettings(BaseSettings):
     create_rate_limit: str = "600req/min"
     #: Creates an account may make at once before the rate applies (unset: the limit's count).
     create_rate_burst: int | None = Field(None, ge=1)
-    #: Deepest nesting accepted in a prediction's ``input`` (the object itself is level 1);
-    #: deeper inputs get 422.
-    max_input_depth: int = Field(MAX_DEPTH, ge=1, le=DEPTH_CEILING)
 
     # The operator page (``/ops``, ``api.ops``).
     #: Input fields shown as ``[redacted]`` wherever ``/ops`` shows an input, at any depth,

@@ -51,7 +51,7 @@ from files.store import FileStore
 from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.processes import Proc
 from tests.fixtures.s3_server import ACCESS_KEY, REGION, SECRET_KEY, s3_server
-from tracker.capabilities import StreamUrlSettings
+from tracker.stream_urls import StreamUrlSettings
 
 MIB = 1024 * 1024
 CHUNK = 256 * 1024

@@ -8,12 +8,13 @@ memory per idle deployment.
 1. **Rows.** One account owns every row; one row in ten is unfinished (``starting``: the
    backlog a claim has to find its row among), the rest succeeded. At each size, after
    ``VACUUM ANALYZE``, p50/p99 in ms of ``--rounds`` calls each, as the api and the director
-   make them (:mod:`tracker.store`, through SQLAlchemy's async engine): a GET by id, the
-   account's newest page (101 rows, the api's page size + 1), a page 10,000 rows deep by its
-   cursor, and a claim of one queued prediction through the director's grouped writes
-   (:class:`tracker.batch_writes.StateWrites`). Beside the claim, the baseline in the same run:
-   the same statement without its primary-key condition (``p.id = ANY(:ids)``), as claims
-   were written before it (the planner then hashes every unfinished row, or the whole table).
+   make them (:mod:`tracker.store`, :mod:`tracker.attempt_writes`, through SQLAlchemy's async
+   engine): a GET by id, the account's newest page (101 rows, the api's page size + 1), a page
+   10,000 rows deep by its cursor, and a claim of one queued prediction through the director's
+   grouped writes (:class:`tracker.batch_writes.StateWrites`). Beside the claim, the baseline
+   in the same run: the same statement without its primary-key condition
+   (``p.id = ANY(:ids)``), as claims were written before it (the planner then hashes every
+   unfinished row, or the whole table).
 2. **Idle deployments.** ``--deployments`` deployments' ``--shards`` shard streams, each with
    the directors' consumer group and one consumer, empty, as a deployment nobody calls leaves
    them (:mod:`director.queue`, :mod:`tracker.keys`): Redis' ``used_memory`` before and after,
@@ -41,7 +42,7 @@ from conduit.runtime import migrate
 from conduit.services import local_services
 from director.queue import GROUP
 from tests.fixtures.servers import create_database
-from tracker import keys, keyset, store
+from tracker import attempt_writes, keys, keyset, store
 from tracker.batch_writes import _CLAIM, StateWrites
 from tracker.db import autocommit, make_engine
 
@@ -136,7 +137,7 @@ async def rows_section(url: str, sizes: list[int], rounds: int) -> None:
             claimer = Claimer(size)
 
             async def claim(writes: StateWrites = writes, claimer: Claimer = claimer) -> None:
-                assert await store.claim(writes, claimer.next_id(), "bench") is not None
+                assert await attempt_writes.claim(writes, claimer.next_id(), "bench") is not None
 
             async def claim_before(claimer: Claimer = claimer) -> None:
                 await claim_by_join_only(engine, claimer.next_id())

@@ -27,8 +27,8 @@ from sqlalchemy import ColumnElement, Select, Table, and_, delete, func, or_, se
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import lookups
-from catalog.lookups import AccountInfo, Grants
+from catalog import lookups, records
+from catalog.records import AccountInfo, Grants
 from tracker.block_tables import Block
 from tracker.db import autocommit
 from tracker.keyset import PageKey, keyset_page
@@ -75,7 +75,7 @@ class BlockInfo:
 class _Subject:
     """What a block names, as the catalog's visibility rules read it."""
 
-    kind: lookups.Kind
+    kind: records.Kind
     id: int
     owner: str
     visibility: str
@@ -210,7 +210,7 @@ async def get(engine: AsyncEngine, block_id: str) -> BlockInfo | None:
 async def _may_use(
     engine: AsyncEngine, account: AccountInfo, subject: _Subject, grants: GrantsLoader | None
 ) -> bool:
-    if lookups.sees(account, subject.owner, subject.visibility, granted=False):
+    if records.sees(account, subject.owner, subject.visibility, granted=False):
         return True  # public or its own: no grants to read
     load = grants or (lambda account_id: lookups.grants_of(engine, account_id))
     granted = await load(account.id)

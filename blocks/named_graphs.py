@@ -25,7 +25,7 @@ from sqlalchemy import Table, and_, delete, select
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from blocks.graphs.schemas import StepBlock, check_mappings
+from blocks.graphs.schemas import StepBlock, block_of, check_mappings
 from blocks.graphs.specs import GraphSpec, RefusedGraph, parse_spec
 from tracker.block_tables import Graph
 from tracker.db import autocommit
@@ -140,7 +140,7 @@ def explain(
     for step_id in spec.order:
         step = spec.step(step_id)
         target = compiled.blocks[step_id]
-        block = target.block
+        block = block_of(target)
         steps.append(
             {
                 "id": step.id,

@@ -15,7 +15,7 @@ from typing import Any
 from blocks import blocks
 from blocks.blocks import BlockInfo
 from catalog.cache import Catalog
-from catalog.lookups import AccountInfo, DeploymentInfo, VersionInfo
+from catalog.records import AccountInfo, DeploymentInfo, VersionInfo
 from tracker.fleet import FleetView
 
 

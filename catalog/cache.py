@@ -16,7 +16,7 @@ from typing import Generic, TypeVar
 from jsonschema import Draft7Validator
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import lookups
+from catalog import lookups, records
 from catalog.generation import CatalogGeneration
 from tracker.input_checks import build_validator
 
@@ -99,12 +99,12 @@ class Catalog:
     ) -> None:
         self.engine = engine
         self.generation = generation
-        self._versions: TTLCache[str, tuple[lookups.VersionInfo, Draft7Validator | None] | None] = (
+        self._versions: TTLCache[str, tuple[records.VersionInfo, Draft7Validator | None] | None] = (
             TTLCache(ttl)
         )
-        self._models: TTLCache[tuple[str, str], lookups.ModelInfo | None] = TTLCache(ttl)
-        self._deployments: TTLCache[tuple[str, str], lookups.DeploymentInfo | None] = TTLCache(ttl)
-        self._grants: TTLCache[int, lookups.Grants] = TTLCache(ttl)
+        self._models: TTLCache[tuple[str, str], records.ModelInfo | None] = TTLCache(ttl)
+        self._deployments: TTLCache[tuple[str, str], records.DeploymentInfo | None] = TTLCache(ttl)
+        self._grants: TTLCache[int, records.Grants] = TTLCache(ttl)
 
     def forget(
         self,
@@ -136,34 +136,34 @@ class Catalog:
     async def _now(self) -> int | None:
         return None if self.generation is None else await self.generation.current()
 
-    async def grants(self, account_id: int) -> lookups.Grants:
+    async def grants(self, account_id: int) -> records.Grants:
         """The private models and deployments granted to the account; a grant or revoke is
         seen like any other catalogue change."""
         return await self._grants_at(account_id, await self._now())
 
-    async def _grants_at(self, account_id: int, generation: int | None) -> lookups.Grants:
+    async def _grants_at(self, account_id: int, generation: int | None) -> records.Grants:
         return await self._grants.get(
             account_id, lambda: lookups.grants_of(self.engine, account_id), generation
         )
 
     async def model(
-        self, account: lookups.AccountInfo, owner: str, name: str
-    ) -> lookups.ModelInfo | None:
+        self, account: records.AccountInfo, owner: str, name: str
+    ) -> records.ModelInfo | None:
         """The model, or None when it does not exist or ``account`` may not see it: the two are
         answered alike, so a private name is no oracle."""
         return await self._visible_model(account, owner, name, await self._now())
 
     async def _visible_model(
-        self, account: lookups.AccountInfo, owner: str, name: str, generation: int | None
-    ) -> lookups.ModelInfo | None:
+        self, account: records.AccountInfo, owner: str, name: str, generation: int | None
+    ) -> records.ModelInfo | None:
         model = await self._model(owner, name, generation)
         if model is None:
             return None
         return model if await self._sees(account, model, "model", generation) else None
 
     async def version(
-        self, account: lookups.AccountInfo, version_id: str
-    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
+        self, account: records.AccountInfo, version_id: str
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
         """A version (with its validator) of a model ``account`` sees, else None."""
         generation = await self._now()
         found = await self._version(version_id, generation)
@@ -174,8 +174,8 @@ class Catalog:
         return found if seen is not None else None
 
     async def version_of(
-        self, model: lookups.ModelInfo, version_id: str
-    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
+        self, model: records.ModelInfo, version_id: str
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
         """A version of ``model``, which the caller has already found visible (a model page
         read from the database): checking again against cached grants could disagree with
         that read for up to a TTL and refuse a model the same answer lists."""
@@ -185,8 +185,8 @@ class Catalog:
         return found
 
     async def deployment(
-        self, account: lookups.AccountInfo, owner: str, name: str
-    ) -> lookups.DeploymentInfo | None:
+        self, account: records.AccountInfo, owner: str, name: str
+    ) -> records.DeploymentInfo | None:
         """The deployment, or None when it does not exist or ``account`` may not see it."""
         generation = await self._now()
         deployment = await self._deployment(owner, name, generation)
@@ -196,28 +196,28 @@ class Catalog:
         return deployment if seen else None
 
     async def released_version(
-        self, deployment: lookups.DeploymentInfo
-    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
+        self, deployment: records.DeploymentInfo
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
         """The version a deployment runs: whoever may use the deployment may run it, whether
         or not it sees the model."""
         return await self._version(deployment.version_id, await self._now())
 
     async def _sees(
         self,
-        account: lookups.AccountInfo,
-        thing: lookups.ModelInfo | lookups.DeploymentInfo,
-        kind: lookups.Kind,
+        account: records.AccountInfo,
+        thing: records.ModelInfo | records.DeploymentInfo,
+        kind: records.Kind,
         generation: int | None,
     ) -> bool:
-        if lookups.sees(account, thing.owner, thing.visibility, granted=False):
+        if records.sees(account, thing.owner, thing.visibility, granted=False):
             return True  # public or its own: no grants to read
         grants = await self._grants_at(account.id, generation)
         return thing.id in (grants.models if kind == "model" else grants.deployments)
 
     async def _version(
         self, version_id: str, generation: int | None
-    ) -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
-        async def load() -> tuple[lookups.VersionInfo, Draft7Validator | None] | None:
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
+        async def load() -> tuple[records.VersionInfo, Draft7Validator | None] | None:
             info = await lookups.get_version(self.engine, version_id)
             return None if info is None else (info, build_validator(info.openapi_schema))
 
@@ -225,14 +225,14 @@ class Catalog:
 
     async def _model(
         self, owner: str, name: str, generation: int | None
-    ) -> lookups.ModelInfo | None:
+    ) -> records.ModelInfo | None:
         return await self._models.get(
             (owner, name), lambda: lookups.get_model(self.engine, owner, name), generation
         )
 
     async def _deployment(
         self, owner: str, name: str, generation: int | None
-    ) -> lookups.DeploymentInfo | None:
+    ) -> records.DeploymentInfo | None:
         return await self._deployments.get(
             (owner, name), lambda: lookups.get_deployment(self.engine, owner, name), generation
         )

@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 
 #: What :func:`core.ids.new_api_token` makes: ``r8_`` and 30 random bytes, URL-safe base64.
 TOKEN_SHAPE = re.compile(r"r8_[A-Za-z0-9_-]{40}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from catalog.lookups import DeploymentInfo
+from catalog.records import DeploymentInfo
 from tracker.keys import Target
 
 

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 #: The packages whose settings each ``conduit`` subcommand reads (the image's entrypoint is
 #: ``conduit``, so a container's first argument names its process).
 PROCESS_PACKAGES: dict[str, tuple[str, ...]] = {
-    "api": ("api", "lane", "tracker", "catalog", "files", "blocks"),
+    "api": ("api", "front", "lane", "tracker", "catalog", "files", "blocks"),
     "director": ("director", "tracker", "catalog", "files"),
     # The gateway reads the lane's settings too, for when it joins the lane.
-    "gateway": ("gateway", "lane", "tracker", "catalog", "files", "blocks"),
+    "gateway": ("gateway", "front", "lane", "tracker", "catalog", "files", "blocks"),
     "runner": ("runners",),
     "migrate": ("api",),
 }

@@ -32,7 +32,7 @@ from tracker.states import Status
 log = logging.getLogger(__name__)
 
 
-class Verdict(enum.Enum):
+class Unclaimed(enum.Enum):
     """Why a claim gave no row to run."""
 
     #: Nothing to run here: finished already, or running on a live director. Acknowledge.
@@ -61,7 +61,7 @@ class Claims:
         self.events = events
         self.links = links
 
-    async def claim(self, entry: Entry, version: str | None = None) -> Claimed | Verdict:
+    async def claim(self, entry: Entry, version: str | None = None) -> Claimed | Unclaimed:
         """``version``: the one this director's runner serves (a deployment's prediction runs
         on it)."""
         prediction_id = entry.prediction_id
@@ -71,7 +71,7 @@ class Claims:
         current = await self.ledger.row(prediction_id)
         if current is None or Status(current["status"]).is_terminal:
             await self._ensure_done(current)
-            return Verdict.DROP
+            return Unclaimed.DROP
         owner: str | None = current["claim_owner"]
         if owner is not None and await self._runs(owner, prediction_id):
             log.info(
@@ -81,10 +81,10 @@ class Claims:
                 entry.id,
                 entry.stream,
             )
-            return Verdict.DROP
+            return Unclaimed.DROP
         takeable = (owner,) if owner is not None else ()
         row = await self.ledger.claim(prediction_id, self.consumer, takeable, version)
-        return Claimed(row) if row is not None else Verdict.LATER
+        return Claimed(row) if row is not None else Unclaimed.LATER
 
     async def _runs(self, owner: str, prediction_id: str) -> bool:
         """Whether director ``owner`` is alive and ran the prediction at its last heartbeat.
@@ -106,11 +106,11 @@ class Claims:
         final = orjson.dumps(render_prediction(row, self.links)).decode()
         await self.events.finish(row["id"], row["status"], row["error"], final=final)
 
-    async def rerun(self, row: RowMapping, max_runs: int) -> Claimed | Verdict | None:
+    async def rerun(self, row: RowMapping, max_runs: int) -> Claimed | Unclaimed | None:
         """A run lost with its director starts over if the deployment allows another run;
         None when it does not (the caller fails it as interrupted). A row that changed since
         this attempt claimed it (another attempt took it, or it ended) is not this attempt's to
-        fail: ``Verdict.DROP`` when it is terminal, else ``Verdict.LATER``."""
+        fail: ``Unclaimed.DROP`` when it is terminal, else ``Unclaimed.LATER``."""
         if row["runs"] >= max_runs:
             return None
         rerun = await self.ledger.reset_for_rerun(row["id"], row["attempt"])
@@ -121,8 +121,8 @@ class Claims:
         log.info("%s changed before its re-run (attempt %d): leaving it", row["id"], row["attempt"])
         if current is None or Status(current["status"]).is_terminal:
             await self._ensure_done(current)
-            return Verdict.DROP
-        return Verdict.LATER
+            return Unclaimed.DROP
+        return Unclaimed.LATER
 
 
 async def attach(

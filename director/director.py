@@ -10,7 +10,7 @@ another one (``director.leases``). At start and once its backends answer again i
 every entry pending for it that it is not running. A delivery for a prediction another live
 director is running changes nothing: it is acknowledged and dropped.
 
-Its parts, built by the process (``director.process.build_director``): ``Attempts`` (one
+Its parts, built by the process (``director.assembly.build_director``): ``Attempts`` (one
 record per entry held), ``Intake`` (where entries come from), ``AttemptHandler`` (claim → run →
 record one entry; one per driver), ``Heartbeats`` and ``Takeover`` (leases), ``Reconciler``
 (predictions missing from every stream), ``CancelListener`` and ``Suspicion`` (cancels).

@@ -18,7 +18,7 @@ from sqlalchemy.engine import RowMapping
 from core.backoff import StartBackoff
 from core.logs import REQUEST_ID
 from director.attempts import Attempt
-from director.claims import Claimed, Claims, Verdict, attach
+from director.claims import Claimed, Claims, Unclaimed, attach
 from director.deployment import ServedDeployment
 from director.execution import Execution
 from director.jobs import PREDICTIONS, JobKind
@@ -99,7 +99,7 @@ class AttemptHandler:
         entry = attempt.entry
         claim = await self.claims.claim(entry, self.deployment.version_id)
         if not isinstance(claim, Claimed):
-            return claim is Verdict.DROP
+            return claim is Unclaimed.DROP
         row = claim.row
         if request_id := row.get("request_id"):  # this task's later lines carry the create's
             REQUEST_ID.set(request_id)
@@ -141,7 +141,7 @@ class AttemptHandler:
             interrupted = Outcome(Status.FAILED, error=INTERRUPTED)
             return await self._end(self._tracker(row, publishing), interrupted)
         if not isinstance(rerun, Claimed):
-            return rerun is Verdict.DROP
+            return rerun is Unclaimed.DROP
         tracker = self._tracker(rerun.row, publishing, Lifecycle.rerun())
         return await self._execute(attempt, tracker, rerun.row)
 

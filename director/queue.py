@@ -24,8 +24,8 @@ from redis.exceptions import ResponseError
 
 from director.queue_scripts import ACK, BACKLOG, ENQUEUE, READ_IN_TURN
 from tracker import keys, redis_connect
+from tracker.hash_slots import PerSlot, by_slot, runs_by_slot
 from tracker.redis_connect import decoded
-from tracker.slots import PerSlot, by_slot, runs_by_slot
 
 log = logging.getLogger(__name__)
 

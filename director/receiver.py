@@ -55,7 +55,8 @@ from core.unreachable import UNREACHABLE
 from director.attempts import Attempt, Attempts, Stage, new_secret
 from director.metrics import DirectorMetrics
 from director.output_files import SAVE_ERRORS, OutputStore, save_once, unkept_reason
-from director.snapshot_files import FileStart, ScanError, SnapshotScanner
+from director.snapshot_events import FileStart, ScanError
+from director.snapshot_files import SnapshotScanner
 from director.webhook_body import BodyTooLarge, Reading, reduced_snapshot
 from files.store import TooLarge
 from protocol.documents import PredictionResponse

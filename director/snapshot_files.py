@@ -14,55 +14,25 @@ more than ``inline_max`` decoded bytes becomes a file (its payload's JSON escape
 and ``\\n`` or ``\\r`` wrapping its lines, are base64's). Everything else passes byte for byte.
 It checks only the structure it walks (one top-level object, brackets that match, nothing after
 it, no truncation) and raises :class:`ScanError` when that is wrong; the reduced body's parse
-reports the rest.
+reports the rest. The events are :mod:`director.snapshot_events`'s; a data URL's payload is read
+and decoded by :mod:`director.data_url_payload`.
 """
 
 from __future__ import annotations
 
-import binascii
 import enum
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from director.data_url_payload import Base64Payload
+from director.snapshot_events import Event, FileBytes, FileEnd, FileStart, ScanError, Text
 from files.data_urls import file_name  # the names a parsed output's files get
 
 #: Longest ``data:<mime>[;params];base64,`` header looked at; a longer one is kept as text.
 MAX_HEADER = 256
 #: Keys longer than this (in raw bytes) are neither ``input`` nor ``output``.
 _MAX_KEY = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Text:
-    data: bytes  # bytes of the reduced body
-
-
-@dataclass(frozen=True, slots=True)
-class FileStart:
-    """An output file begins; its JSON string (quotes included) is left out of the body."""
-
-    content_type: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class FileBytes:
-    data: bytes  # the next decoded bytes of the file begun last
-
-
-@dataclass(frozen=True, slots=True)
-class FileEnd:
-    """The file is complete: the caller writes its URL, as a JSON string, into the body."""
-
-
-Event = Text | FileStart | FileBytes | FileEnd
-
-
-class ScanError(ValueError):
-    """The body is not a JSON object the scanner can walk, or a data URL it took out is not
-    valid base64."""
 
 
 class _Mode(enum.Enum):
@@ -82,15 +52,12 @@ _WHITESPACE = re.compile(rb"[ \t\r\n]*")
 #: The body of a JSON string up to its closing quote (or the chunk's end); escapes included.
 _STRING_BODY = re.compile(rb'(?:[^"\\]+|\\.)*', re.DOTALL)
 _STRUCTURE = re.compile(rb'["{}\[\],]')
-#: A run of a data URL's payload as it stands in JSON: base64, escaped slashes, line breaks.
-_BASE64 = re.compile(rb"(?:[A-Za-z0-9+/=]+|\\[/nr])*")
-_UNESCAPED = {ord("/"): b"/", ord("n"): b"", ord("r"): b""}
 _HEADER = re.compile(rb"data:([^;,]*)((?:;[^;,]*)*);base64,", re.IGNORECASE)
 _DATA = b"data:"
 _CLOSE = {ord("}"): ord("{"), ord("]"): ord("[")}
 
 
-class SnapshotScanner:
+class SnapshotScanner(Base64Payload):
     """Feed it a snapshot body's bytes (:meth:`feed`, then :meth:`close`); it returns events.
 
     ``inline_max``: the most decoded bytes a data URL may have and stay inline; None keeps
@@ -293,24 +260,6 @@ class SnapshotScanner:
             self._inline()
         return end
 
-    def _payload_run(self, chunk: bytes, pos: int) -> tuple[int, bytes] | None:
-        """Where the payload from ``pos`` stops, and its base64 characters; None when the last
-        chunk's backslash (read with this one) escapes what no base64 holds."""
-        escaped = b""
-        if self._escape:
-            if (unescaped := _UNESCAPED.get(chunk[pos])) is None:
-                return None  # still escaped: the string it turns out to be reads it so
-            self._escape, escaped, pos = False, unescaped, pos + 1
-        end = _BASE64.match(chunk, pos).end()  # type: ignore[union-attr]
-        if end == len(chunk) - 1 and chunk[end] == ord("\\"):
-            self._escape = True
-            end += 1
-        raw = chunk[pos:end]
-        if b"\\" in raw:
-            raw = raw.replace(b"\\/", b"/").replace(b"\\n", b"").replace(b"\\r", b"")
-            raw = raw.removesuffix(b"\\")
-        return end, escaped + raw
-
     def _buffered(self, chunk: bytes, pos: int) -> int:
         """A data URL's payload, held while it may still stay inline."""
         run = self._payload_run(chunk, pos)
@@ -379,21 +328,3 @@ class SnapshotScanner:
         self._payload.clear()
         self._padded = False
         self._mode = _Mode.VALUE
-
-    def _decode(self, final: bool) -> bytes:
-        """Decode the whole quanta held (all of it when ``final``); keep the rest."""
-        payload = self._payload
-        size = len(payload) if final else len(payload) // 4 * 4
-        if size == 0:
-            return b""
-        if self._padded:
-            raise ScanError(f"output file {self.files} is not valid base64 (data after =)")
-        part = bytes(payload[:size])
-        del payload[:size]
-        if final and len(part) % 4:
-            part += b"=" * (-len(part) % 4)
-        self._padded = part.endswith(b"=")
-        try:
-            return binascii.a2b_base64(part, strict_mode=True)
-        except binascii.Error as error:
-            raise ScanError(f"output file {self.files} is not valid base64: {error}") from error

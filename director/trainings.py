@@ -6,7 +6,7 @@ file comes as a data URL (stock Cog, no upload URL), or as a file the receiver a
 (an upload, or a large data URL it moved out): either way it is kept as *weights*, a file with
 no expiry that retention leaves alone (``Files.save_weights``, ``Files.keep_as_weights``). A URL
 of somewhere else is referenced as it is: the trainer chose to keep its weights there. The new
-version (``writes.create_trained_version``) is written before the training's end, so a
+version (``versions.create_trained_version``) is written before the training's end, so a
 training that reads ``succeeded`` always names a version that exists; its runner gets the
 weights as Cog expects them, in ``COG_WEIGHTS`` (see docs/tutorials/trainings.md).
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import writes
+from catalog import versions
 from catalog.generation import CatalogGeneration
 from director.outcomes import OutputRefused
 from files.data_urls import DataUrlKeeper
@@ -68,7 +68,7 @@ class TrainingResults:
             )
         url = await self._keep(row, weights)
         try:
-            version = await writes.create_trained_version(
+            version = await versions.create_trained_version(
                 self.engine, row["version_id"], row["destination"], url, row["id"]
             )
         except LookupError as error:

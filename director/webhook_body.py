@@ -13,7 +13,8 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Awaita
 
 import orjson
 
-from director.snapshot_files import Event, FileBytes, FileEnd, FileStart, SnapshotScanner, Text
+from director.snapshot_events import Event, FileBytes, FileEnd, FileStart, Text
+from director.snapshot_files import SnapshotScanner
 
 #: Saves one output file's bytes; returns its URL.
 Save = Callable[[FileStart, AsyncIterable[bytes]], Awaitable[str]]

@@ -15,8 +15,8 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from files.records import FileRecord
-from tracker.capabilities import StreamSigner, Verdict
 from tracker.render import iso
+from tracker.stream_urls import Signature, StreamSigner
 
 PURPOSE = "file"
 #: A file id: ``f`` and 25 lowercase base32 characters.
@@ -48,16 +48,16 @@ class FileLinks:
             return None
         return f"{self.get_url(record.id)}/{exp}.{sig}/{quote(record.name, safe='')}"
 
-    def verify(self, file_id: str, token: str) -> Verdict:
+    def verify(self, file_id: str, token: str) -> Signature:
         if self.signer is None:
-            return Verdict.FORGED
+            return Signature.FORGED
         exp, _, sig = token.partition(".")
         return self.signer.verify_signed(PURPOSE, file_id, exp, sig)
 
-    async def check(self, file_id: str, token: str) -> Verdict:
+    async def check(self, file_id: str, token: str) -> Signature:
         """:meth:`verify`, re-reading the shared key once when the signature is refused."""
         if self.signer is None:
-            return Verdict.FORGED
+            return Signature.FORGED
         exp, _, sig = token.partition(".")
         return await self.signer.check_signed(PURPOSE, file_id, exp, sig)
 

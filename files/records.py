@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from files.quota import UploadQuota, Usage
 from tracker.db import autocommit
 from tracker.keyset import PageKey, keyset_page
-from tracker.tables import File
+from tracker.record_tables import File
 
 files = cast(Table, File.__table__)
 

@@ -7,38 +7,29 @@ insert that fails removes the stored object again.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import logging
-import os
-import re
 import time
-import unicodedata
-from collections.abc import AsyncIterable, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from files import records
-from files.links import FILE_ID, FileLinks, file_reference
+from files.input_refs import FileRefError, references, replace_references
+from files.links import FILE_ID, FileLinks
+from files.names import clean_content_type, clean_name, new_file_id
 from files.quota import QuotaExceeded, UploadQuota
 from files.records import FileRecord
 from files.settings import FileSettings
 from files.store import FileStore, ObjectMissing, OpenedObject, StoreError, TooLarge
-from tracker.capabilities import Verdict
 from tracker.keyset import PageKey
+from tracker.stream_urls import Signature
 
-__all__ = ["FileRecord", "FileRefError", "Files", "LinkExpired", "NoSuchFile", "QuotaExceeded"]
+__all__ = ["FileRecord", "Files", "LinkExpired", "NoSuchFile", "QuotaExceeded"]
 
 log = logging.getLogger(__name__)
-
-#: Longest name kept (characters); longer ones keep their end (the extension).
-MAX_NAME = 255
-#: ``type/subtype`` and parameters: printable ASCII, spaces and tabs only (it is sent back as a
-#: response header, where CR or LF cannot go).
-_CONTENT_TYPE = re.compile(r"[\w.+-]+/[\w.+-]+([ \t]*;[ -~\t]*)?", re.ASCII)
 
 
 class NoSuchFile(Exception):
@@ -47,45 +38,6 @@ class NoSuchFile(Exception):
 
 class LinkExpired(Exception):
     """A genuine delivery link past its expiry."""
-
-
-@dataclass(frozen=True, slots=True)
-class FileRefError:
-    """A file reference in an input that names no usable file: where, and why."""
-
-    field: str
-    message: str
-
-
-def new_file_id() -> str:
-    """``f`` and 25 lowercase base32 characters (125 random bits): as long as a prediction id."""
-    return "f" + base64.b32encode(os.urandom(16)).decode().lower()[:25]
-
-
-def clean_name(name: str) -> str:
-    """A client's or runner's file name made safe to store and to put in a URL path: its last
-    path segment, without control characters, at most ``MAX_NAME`` characters."""
-    name = name.replace("\\", "/").rsplit("/", 1)[-1]
-    name = "".join(ch for ch in name if unicodedata.category(ch)[0] != "C").strip()
-    if name in ("", ".", ".."):
-        return "file"
-    return name[-MAX_NAME:]
-
-
-def content_type_problem(value: str) -> str | None:
-    """Why a content type a client gave is refused, or None: a control character (CR, LF...)
-    cannot go into the header the file is served with. Anything else unusual is kept as
-    ``application/octet-stream`` (:func:`clean_content_type`)."""
-    if any((ch < " " and ch != "\t") or ch == "\x7f" for ch in value):
-        return "must not contain control characters (CR, LF, ...)"
-    return None
-
-
-def clean_content_type(value: str | None) -> str:
-    value = (value or "").strip()
-    if len(value) > 255 or not _CONTENT_TYPE.fullmatch(value):
-        return "application/octet-stream"
-    return value
 
 
 class Files:
@@ -299,12 +251,12 @@ class Files:
         if not FILE_ID.fullmatch(file_id):
             raise NoSuchFile(file_id)
         verdict = await self.links.check(file_id, token)
-        if verdict is Verdict.FORGED:
+        if verdict is Signature.FORGED:
             raise NoSuchFile(file_id)
         record = await records.get_live(self.engine, file_id)
         if record is None or (name is not None and name != record.name):
             raise NoSuchFile(file_id)
-        if verdict is Verdict.EXPIRED:
+        if verdict is Signature.EXPIRED:
             raise LinkExpired(file_id)
         try:
             opened = await self.store.open(record.storage_key)
@@ -323,7 +275,7 @@ class Files:
         The delivery URLs are for runners: under ``CONDUIT_FILES_INTERNAL_URL`` when set (how
         runners reach the api), else under ``base_url`` (the api a request arrived at), else
         under the public URL."""
-        found = list(_references(input, ("input",)))
+        found = list(references(input, ("input",)))
         if not found:
             return input, []
         uploads = await records.live_uploads(
@@ -339,32 +291,4 @@ class Files:
         if self.settings.internal_url or base_url:
             links = links.at(self.settings.internal_url or base_url or "")
         urls = {file_id: links.delivery_url(record, expires) for file_id, record in uploads.items()}
-        return _replace(input, urls), errors
-
-
-def _references(
-    value: Any, path: tuple[str | int, ...]
-) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    """(path, file id) of every file reference in ``value``, in document order."""
-    if isinstance(value, str):
-        file_id = file_reference(value)
-        if file_id is not None:
-            yield path, file_id
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield from _references(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _references(item, (*path, index))
-
-
-def _replace(value: Any, urls: dict[str, str | None]) -> Any:
-    if isinstance(value, str):
-        file_id = file_reference(value)
-        url = urls.get(file_id) if file_id is not None else None
-        return url if url is not None else value
-    if isinstance(value, dict):
-        return {key: _replace(item, urls) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_replace(item, urls) for item in value]
-    return value
+        return replace_references(input, urls), errors

@@ -37,7 +37,7 @@ from typing import Any
 
 import grpc
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from gateway.errors import Unauthenticated, abort_with, status_of
 
 #: Methods any client may call without a token; their messages are tiny.

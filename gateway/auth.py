@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from catalog.token_checks import Refused, TokenChecks, TooManyFailures, address_key
 from gateway.errors import ResourceExhausted, Unauthenticated
 

@@ -22,8 +22,9 @@ import mimetypes
 from collections.abc import AsyncIterator
 from typing import Any
 
+from files.names import clean_content_type, clean_name
 from files.quota import QuotaExceeded
-from files.service import Files, clean_content_type, clean_name
+from files.service import Files
 from files.store import StoreUnavailable, TooLarge
 from gateway.errors import InvalidArgument, ResourceExhausted, Unavailable
 from gateway.task import InputFile, Task

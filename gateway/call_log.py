@@ -34,7 +34,7 @@ from blocks.request_log import (
     bounded_payload,
     bounded_text,
 )
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from gateway.proto.inference_pb2 import BlockInferencePacket
 
 #: The request id of the ``infer`` call running in this context (None outside one).

@@ -1,5 +1,6 @@
-"""Where a block's tasks run: the block resolved for an account, with its version, the version's
-input validator and the stream its predictions are queued on.
+"""Where a block's tasks run: the block resolved for an account, then what it runs through the
+front door's one resolution (:meth:`front.destinations.Resolver.block`): its version, the
+version's input validator and the stream its predictions are queued on.
 
 Resolution is cached per process (``cache_ttl``, as the api caches the catalog), keyed by the
 account and the block: a session's later tasks, and every step of a graph after the first
@@ -10,39 +11,28 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
-from typing import Any
 
 from blocks import blocks
 from blocks.blocks import BlockInfo
-from blocks.versions import served_now, version_of
-from catalog.cache import Catalog, TTLCache
-from catalog.lookups import AccountInfo, VersionInfo
+from blocks.versions import served_now
+from catalog.cache import TTLCache
+from catalog.records import AccountInfo
 from core.transient import TRANSIENT
+from front.destinations import Destination, Resolver
 from gateway.errors import NotFound, Unavailable
 from gateway.peers import RemoteBlock, RemoteBlocks
 from gateway.session_routes import SessionRoutes
 from gateway.task import block_id_of, session_id_of
 from tracker.fleet import FleetView
-from tracker.keys import Target
 
 #: Seconds between reads of the fleet registry made to confirm a refusal.
 FORCED_REFRESH_EVERY = 0.25
 
 
-@dataclass(frozen=True, slots=True)
-class Destination:
-    block: BlockInfo
-    version: VersionInfo
-    #: The version's compiled input validator (None: its schema has no ``Input``).
-    validator: Any
-    target: Target
-    #: The deployment honours high priority (``X-Priority``) from anyone who may run it.
-    allow_high_priority: bool = False
-
-    @property
-    def synchronous(self) -> bool:
-        return self.block.synchronous
+def block_of(destination: Destination) -> BlockInfo:
+    """The block a gateway destination was resolved from (every one here is a block's)."""
+    assert destination.block is not None
+    return destination.block
 
 
 def unknown_block(block_id: str, field: str = "block_id") -> NotFound:
@@ -53,13 +43,14 @@ def unknown_block(block_id: str, field: str = "block_id") -> NotFound:
 class Destinations:
     def __init__(
         self,
-        catalog: Catalog,
+        resolver: Resolver,
         fleet: FleetView,
         ttl: float,
         routes: SessionRoutes | None = None,
         remote: RemoteBlocks | None = None,
     ) -> None:
-        self.catalog = catalog
+        self.resolver = resolver
+        self.catalog = resolver.catalog
         #: Blocks other clusters run (None: this gateway knows no other cluster).
         self.remote = remote
         self.fleet = fleet
@@ -85,17 +76,7 @@ class Destinations:
         )
         if block is None:
             return None
-        found = await version_of(self.catalog, account, block)
-        if found is None:
-            return None
-        if found.deployment is not None:
-            deployment = found.deployment
-            target = Target.deployment(deployment.full_name, deployment.shards)
-            return Destination(
-                block, found.version, found.validator, target, deployment.allow_high_priority
-            )
-        target = Target.version(found.version.id, found.version.shards)
-        return Destination(block, found.version, found.validator, target)
+        return await self.resolver.block(account, block)
 
     async def _resolve(
         self, account: AccountInfo, block_id: str, session_id: str
@@ -160,10 +141,10 @@ class Destinations:
             with contextlib.suppress(*TRANSIENT):
                 await self.fleet.refresh()
         if not self._served(destination):
-            block = destination.block
+            block = block_of(destination)
             if block.deployment is None and not destination.version.deployed:
                 raise Unavailable(f"no deployment runs block {block.id}'s version", "block_id")
             raise Unavailable(f"no runner serves block {block.id} now", "block_id")
 
     def _served(self, destination: Destination) -> bool:
-        return bool(served_now(self.fleet, destination.block, destination.version))
+        return bool(served_now(self.fleet, block_of(destination), destination.version))

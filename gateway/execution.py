@@ -17,7 +17,7 @@ a graph's steps counted together), its input valid for the block's schema and st
 The prediction gets the call's deadline as its own (``deadline``: the director fails it past
 that), and a call that ends before its prediction does (canceled by the client, or out of
 time) cancels it. A task with a graph (``output_ptr``) runs each step as such a prediction
-(:mod:`gateway.graph`).
+(:mod:`gateway.graphs.run`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 from blocks import named_graphs
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from core.ids import new_prediction_id
-from director.submit import submit
+from front.admission import new_prediction
+from front.destinations import Destination
 from gateway import block_input
-from gateway.destinations import Destination, Destinations, unknown_block
+from gateway.destinations import Destinations, block_of, unknown_block
 from gateway.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -41,9 +42,10 @@ from gateway.errors import (
     Unavailable,
 )
 from gateway.executor import OutputFile, TaskResult
-from gateway.graph import GraphPlan, plan_graph, run_graph
+from gateway.graphs.named import GRAPH_ID, RefusedGraph, compile_graph, run_named_graph
+from gateway.graphs.plan import GraphPlan, plan_graph
+from gateway.graphs.run import run_graph
 from gateway.lane_runs import run_on_lane
-from gateway.named_graph import GRAPH_ID, RefusedGraph, compile_graph, run_named_graph
 from gateway.peers import PeerAnswer, RemoteBlock
 from gateway.prediction_end import cancel_prediction, final_state, outcome, wall_deadline
 from gateway.resources import GatewayResources
@@ -51,9 +53,8 @@ from gateway.search_routes import SearchRoutes
 from gateway.session_routes import SessionRoutes, graph_digest
 from gateway.task import InputFile, Task
 from tracker.events import EventType
-from tracker.input_checks import RefusedInput, canonical_input, check_input
-from tracker.rate_limits import CreateRateLimit, OverRate
-from tracker.store import NewPrediction
+from tracker.input_checks import RefusedInput
+from tracker.rate_limits import OverRate
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,13 @@ class BlockExecutor:
         self.resources = resources
         settings = resources.settings
         self.routes = SessionRoutes(resources.redis, settings.route_ttl)
+        self.admission = resources.front.admission
         self.destinations = Destinations(
-            resources.catalog, resources.fleet, settings.cache_ttl, self.routes, resources.remote
-        )
-        #: The account's rate of creates, the api's own (None: not limited).
-        self.create_limit = CreateRateLimit.configured(
-            resources.redis, settings.create_rate_limit, settings.create_rate_burst
+            resources.front.resolver,
+            resources.fleet,
+            settings.cache_ttl,
+            self.routes,
+            resources.remote,
         )
         self.search = SearchRoutes(
             settings.cluster_id,
@@ -121,10 +123,8 @@ class BlockExecutor:
     async def _count_creates(self, account: AccountInfo, count: int) -> None:
         """Count the predictions a task makes against the account's rate of creates (as the
         api counts its own): past it, ``RESOURCE_EXHAUSTED`` with ``retry-after``."""
-        if self.create_limit is None or count == 0:
-            return
         try:
-            await self.create_limit.check(account.id, count)
+            await self.admission.count_creates(account.id, count)
         except OverRate as over:
             wait = over.retry_after
             trailing = (("retry-after", str(wait)),) if wait is not None else ()
@@ -171,21 +171,22 @@ class BlockExecutor:
         """:meth:`_check`, and refuse file references (``/v1/files/{id}`` URLs) to anything
         but the account's own live uploads."""
         self._check(destination, input)
-        _, errors = await self.resources.files.input_links(account.id, input)
-        if errors:
-            detail = "; ".join(f"data{e.field.removeprefix('input')}: {e.message}" for e in errors)
-            raise InvalidArgument(detail)
+        try:
+            await self.admission.files(account.id, input, root="data")
+        except RefusedInput as refused:
+            raise InvalidArgument(refused.detail) from None
 
     def _check(self, destination: Destination, input: dict[str, Any]) -> None:
-        self._canonical(input)
+        """The front door's input check, under ``data``. Undeclared fields pass: a graph's
+        step is handed its parent's whole output."""
         try:
-            check_input(destination.validator, input, root="data")
+            self.admission.input(destination, input, "data", declared_only=False)
         except RefusedInput as refused:
             raise InvalidArgument(refused.detail) from None
 
     def _canonical(self, input: dict[str, Any]) -> bytes:
         try:
-            return canonical_input(input, self.resources.settings.max_input_depth, root="data")
+            return self.admission.canonical(input, "data")
         except RefusedInput as refused:
             raise InvalidArgument(refused.detail) from None
 
@@ -223,19 +224,12 @@ class BlockExecutor:
         """Store and queue the prediction, then follow its events: with ``streaming``, each
         output chunk as it comes (then the output, when none came); else the output alone."""
         resources = self.resources
-        block = destination.block
-        new = NewPrediction(
-            id=new_prediction_id(),
-            account_id=account.id,
-            model=destination.version.model,
-            version_id=destination.version.id,
-            deployment_id=block.deployment_id,
-            deployment=block.deployment,
-            input=input,
-            input_json=input_json,
-            webhook=None,
-            webhook_events_filter=None,
-            target=destination.target.name,
+        block = block_of(destination)
+        new = new_prediction(
+            account,
+            destination,
+            input,
+            input_json,
             deadline=wall_deadline(deadline),
             source=SOURCE,
             graph=graph,
@@ -247,7 +241,7 @@ class BlockExecutor:
             raise ResourceExhausted("this gateway holds its most tasks in flight")
         finished = False
         try:
-            await submit(resources.new_predictions, resources.queue, new, destination.target)
+            await resources.front.durable.submit(new, destination.target)
             chunks = 0
             async for event in subscription:
                 if event.type is EventType.OUTPUT and streaming:

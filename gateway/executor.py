@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from gateway.task import Task
 
 

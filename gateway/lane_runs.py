@@ -8,14 +8,15 @@ import asyncio
 import time
 from typing import Any
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from files.data_urls import DataUrls
 from files.service import Files
-from gateway.destinations import Destination
+from front import lanes
+from front.destinations import Destination
+from gateway.destinations import block_of
 from gateway.errors import Aborted, Cancelled, ResourceExhausted, Unavailable
 from lane.errors import LaneNotRunning, OutOfCapacity, RunFailed, RunnerUnavailable
 from lane.events import RejectReason
-from lane.request import Destination as LaneDestination
 from lane.request import Finished, RunRequest
 from lane.service import Lane
 from tracker.input_checks import canonical_input
@@ -28,14 +29,6 @@ async def _never() -> None:
     await asyncio.Event().wait()
 
 
-def lane_name(lane: Lane, destination: Destination) -> str:
-    block = destination.block
-    if block.deployment is not None:
-        return block.deployment
-    version = destination.version.id
-    return lane.supply.lane_for_version(version) or f"version:{version}"
-
-
 async def run_on_lane(
     lane: Lane,
     files: Files,
@@ -46,8 +39,7 @@ async def run_on_lane(
     deadline: float | None,
 ) -> Any:
     """The block's output for ``input``, run through ``lane``."""
-    block = destination.block
-    name = lane_name(lane, destination)
+    block = block_of(destination)
     linked, errors = await files.input_links(account.id, input)
     runner_input_json = None
     if linked is not input and not errors:
@@ -55,14 +47,7 @@ async def run_on_lane(
     try:
         result = await lane.run(
             RunRequest(
-                destination=LaneDestination(
-                    lane=name,
-                    model=destination.version.model,
-                    version_id=destination.version.id,
-                    target=destination.target.name,
-                    deployment_id=block.deployment_id,
-                    deployment=block.deployment,
-                ),
+                placement=lanes.placement(lane, destination),
                 account_id=account.id,
                 priority=Priority.NORMAL,
                 input_json=input_json,

@@ -3,10 +3,10 @@
 A block this cluster does not have may be one another cluster publishes in the shared registry
 (:func:`blocks.inference_servers.block_owner`: public blocks only); :class:`RemoteBlocks` finds it
 (remembered ``cache_ttl`` seconds, as local blocks are). :class:`Peers` runs a task on it:
-``infer`` on that cluster's gateway, on one channel per cluster address kept for the process's
-life, with the time left of the caller's deadline as the call's deadline, this gateway's
-``peer_token`` as the bearer, and who asked (``x-conduit-origin-account``,
-``x-conduit-origin-cluster``) in the metadata.
+``infer`` on that cluster's gateway (through the generated ``BlockInferenceServiceStub``), on
+one channel per cluster address kept for the process's life, with the time left of the
+caller's deadline as the call's deadline, this gateway's ``peer_token`` as the bearer, and who
+asked (``x-conduit-origin-account``, ``x-conduit-origin-cluster``) in the metadata.
 
 A task sent on is never sent twice: a call that fails because the other gateway went away
 fails the task (``UNAVAILABLE`` naming the cluster), since the other cluster may have run it.
@@ -27,14 +27,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from blocks import inference_servers
 from catalog.cache import TTLCache
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from gateway.call_log import CURRENT_REQUEST, ORIGIN_ACCOUNT, ORIGIN_CLUSTER, PARENT_REQUEST
 from gateway.errors import DeadlineExceeded, GatewayError, Unavailable
 from gateway.proto.inference_pb2 import AIOSPacket, BlockInferencePacket, FileInfo
+from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from gateway.settings import GatewaySettings
 from gateway.task import InputFile
-
-METHOD = "/BlockInferenceService/infer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,12 +82,13 @@ class PeerAnswer:
 
 
 class Peers:
-    """Calls to other clusters' gateways, a channel per address."""
+    """Calls to other clusters' gateways, a channel (and its stub) per address."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
         self.cluster_id = settings.cluster_id or ""
         self._channels: dict[str, grpc.aio.Channel] = {}
+        self._stubs: dict[str, BlockInferenceServiceStub] = {}
         #: Seconds a call to each cluster took lately (an exponential moving average).
         self._latency: dict[str, float] = {}
 
@@ -99,12 +99,13 @@ class Peers:
         before = self._latency.get(cluster_id)
         self._latency[cluster_id] = seconds if before is None else 0.8 * before + 0.2 * seconds
 
-    def _channel(self, url: str) -> grpc.aio.Channel:
-        channel = self._channels.get(url)
-        if channel is None:
+    def _stub(self, url: str) -> BlockInferenceServiceStub:
+        stub = self._stubs.get(url)
+        if stub is None:
             channel = grpc.aio.insecure_channel(url, options=self.settings.message_options)
             self._channels[url] = channel
-        return channel
+            stub = self._stubs[url] = BlockInferenceServiceStub(channel)
+        return stub
 
     async def infer(
         self,
@@ -133,14 +134,10 @@ class Peers:
             metadata.append((PARENT_REQUEST, str(parent)))
         if self.settings.peer_token:
             metadata.append(("authorization", f"Bearer {self.settings.peer_token}"))
-        call = self._channel(remote.url).unary_unary(
-            METHOD,
-            request_serializer=BlockInferencePacket.SerializeToString,
-            response_deserializer=AIOSPacket.FromString,
-        )
+        stub = self._stub(remote.url)
         started = time.monotonic()
         try:
-            answer: AIOSPacket = await call(packet, timeout=left, metadata=metadata)
+            answer: AIOSPacket = await stub.infer(packet, timeout=left, metadata=metadata)
         except grpc.aio.AioRpcError as error:
             raise _answered(remote, error) from None
         self._measured(remote.cluster_id, time.monotonic() - started)
@@ -153,6 +150,7 @@ class Peers:
         for channel in self._channels.values():
             await channel.close()
         self._channels.clear()
+        self._stubs.clear()
 
 
 def _answered(remote: RemoteBlock, error: grpc.aio.AioRpcError) -> GatewayError:

@@ -14,8 +14,8 @@ granularity errs towards refusing). Every replica counts in the same keys, and t
 Redis's own clock (``TIME``), so the replicas share one count and need no clock of their own.
 
 **Scopes.** The gateway, an account, a session, a block: each has its own hash tag
-(``tracker.keys.quota_*_keys``), so a Redis Cluster spreads them, and the limits of one scope
-are checked and counted together by one script call on one slot. On one Redis (or one behind
+(``tracker.gateway_keys.quota_*_keys``), so a Redis Cluster spreads them, and the limits of one
+scope are checked and counted together by one script call on one slot. On one Redis (or one behind
 Sentinel) every scope of a task goes in one script call: all its limits are checked, and
 counted only if every one admits the task (one round trip, atomic, nothing to give back); a
 refusal names the limit whose room comes last. The limits of one task span up to four scopes,
@@ -66,7 +66,7 @@ from redis.exceptions import RedisError
 
 from gateway.errors import ResourceExhausted
 from gateway.settings import GatewaySettings
-from tracker import keys
+from tracker import gateway_keys as keys
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ def scopes(
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class OverQuota:
     """A task over quota: the limit it is over (``Window``) and the seconds until it fits."""
 
     window: Window
@@ -321,7 +321,7 @@ class Quota:
             return
         raise refusal.error()
 
-    async def admit(self, account_id: int, session_id: str, block_id: str) -> Refusal | None:
+    async def admit(self, account_id: int, session_id: str, block_id: str) -> OverQuota | None:
         """Count one task in every scope that limits it: None when all admit it, else the
         refusal (and the scopes that admitted it given their count back)."""
         limits = self.limits()
@@ -338,7 +338,7 @@ class Quota:
                 if int(reply[0]):
                     admitted.append((scope, _text(reply[1])))
                     continue
-                refusal = Refusal(scope[int(reply[1]) - 1], int(reply[2]) / SECOND_US)
+                refusal = OverQuota(scope[int(reply[1]) - 1], int(reply[2]) / SECOND_US)
                 await self._refund(admitted)
                 return refusal
         except (RedisError, OSError) as error:

@@ -1,6 +1,7 @@
 """What a gateway process opens once and shares between its calls: the database, Redis, the
-queue, the catalog cache, the event hub, the fleet view, the file store and (optionally) the
-synchronous lane. Each is closed by the caller's exit stack, in the reverse order."""
+queue, the catalog cache, the front door (:mod:`front`), the event hub, the fleet view, the file
+store and (optionally) the synchronous lane. Each is closed by the caller's exit stack, in the
+reverse order."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
-from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.cache import Catalog
@@ -18,19 +18,22 @@ from director.queue import Queue
 from files.links import FileLinks
 from files.service import Files
 from files.settings import FileSettings
+from front.door import FrontDoor
+from front.durable import Durable
 from gateway.peers import Peers, RemoteBlocks
 from gateway.settings import GatewaySettings
 from lane.service import Lane
 from lane.settings import LaneSettings
-from tracker.capabilities import StreamUrlSettings
 from tracker.db import make_engine
 from tracker.event_hub import EventHub
 from tracker.events import EventLog
 from tracker.fleet import FleetView
 from tracker.group_commit import Batcher
+from tracker.rate_limits import CreateRateLimit
 from tracker.redis_connect import connect as connect_redis
 from tracker.redis_connect import require_noeviction
-from tracker.store import NewPrediction, insert_predictions
+from tracker.store import insert_predictions
+from tracker.stream_urls import StreamUrlSettings
 from tracker.waiter_shares import WaiterShares
 
 #: Names of the gateway's Redis connections in ``CLIENT LIST``.
@@ -45,8 +48,8 @@ class GatewayResources:
     redis: Redis
     queue: Queue
     catalog: Catalog
-    #: Group commit of new predictions (:func:`tracker.store.insert_predictions`).
-    new_predictions: Batcher[NewPrediction, RowMapping]
+    #: Resolution, admission and the durable path of every task (:mod:`front`).
+    front: FrontDoor
     #: The process's one reader of prediction event streams.
     hub: EventHub
     events: EventLog
@@ -112,13 +115,19 @@ async def open_resources(stack: AsyncExitStack, settings: GatewaySettings) -> Ga
         remote = RemoteBlocks(registry_engine, settings.cluster_id, settings.cache_ttl)
         peers = Peers(settings)
         stack.push_async_callback(peers.close)
+    catalog = Catalog(engine, settings.cache_ttl, CatalogGeneration(redis))
+    # The account's rate of creates, the api's own (None: not limited).
+    create_limit = CreateRateLimit.configured(
+        redis, settings.create_rate_limit, settings.create_rate_burst
+    )
+    durable = Durable(new_predictions, queue, engine)
     resources = GatewayResources(
         settings=settings,
         engine=engine,
         redis=redis,
         queue=queue,
-        catalog=Catalog(engine, settings.cache_ttl, CatalogGeneration(redis)),
-        new_predictions=new_predictions,
+        catalog=catalog,
+        front=FrontDoor.of(catalog, durable, files, create_limit),
         hub=hub,
         events=EventLog(redis, settings.events_retention),
         fleet=fleet,

@@ -8,9 +8,10 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from blocks import inference_servers
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from director.queue import Queue
-from gateway.destinations import Destination, Destinations
+from front.destinations import Destination
+from gateway.destinations import Destinations, block_of
 from gateway.errors import FailedPrecondition
 from gateway.peers import Peers, RemoteBlock
 from gateway.ranking import Candidate
@@ -100,7 +101,7 @@ class SearchRoutes:
         backlog = await self.queue.backlog([target.stream(s) for s in range(target.shards)])
         waiting = sum(b.waiting for b in backlog)
         fleet = self.destinations.fleet
-        block = destination.block
+        block = block_of(destination)
         runners = (
             fleet.runners_for(block.deployment)
             if block.deployment is not None

@@ -7,6 +7,9 @@ read (:mod:`gateway.auth`), parses its packet into a task
 answers an ``AIOSPacket`` carrying the task's ``session_id``/``seq_no``, the result as JSON and
 the graph (``output_ptr``) echoed. Every failure ends the call with the status
 :func:`gateway.errors.status_of` gives it (and its trailing metadata, if any).
+
+Each service is its generated servicer (``*_pb2_grpc``), added to the server with the generated
+``add_*Servicer_to_server``; :class:`gateway.admission.Admission` intercepts every call.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from catalog.lookups import account_for_token
 from catalog.token_checks import TokenChecks
 from core.ids import new_request_id
 from core.metrics import MetricsServer
-from gateway import oip
 from gateway.admission import Admission, caller
 from gateway.auth import TokenAuth
 from gateway.call_log import CURRENT_REQUEST, LoggedCall, log_entry
@@ -38,8 +40,14 @@ from gateway.errors import DeadlineExceeded, abort_with, status_of
 from gateway.execution import BlockExecutor
 from gateway.executor import Executor, TaskResult
 from gateway.metrics import GatewayMetrics
-from gateway.oip_directory import BlockDirectory, ModelDirectory, NoModels
+from gateway.oip.directory import BlockDirectory, ModelDirectory, NoModels
+from gateway.oip.service import OpenInferenceService
+from gateway.proto.grpc_service_pb2_grpc import add_GRPCInferenceServiceServicer_to_server
 from gateway.proto.inference_pb2 import DESCRIPTOR, AIOSPacket, BlockInferencePacket, FileInfo
+from gateway.proto.inference_pb2_grpc import (
+    BlockInferenceServiceServicer,
+    add_BlockInferenceServiceServicer_to_server,
+)
 from gateway.quota import Quota
 from gateway.request_log import RequestLogWriter
 from gateway.resources import GatewayResources, open_resources
@@ -56,7 +64,9 @@ _NO_DEADLINE = 10**9
 Context = grpc.aio.ServicerContext[BlockInferencePacket, AIOSPacket]
 
 
-class InferenceService:
+class InferenceService(BlockInferenceServiceServicer):
+    """``BlockInferenceService``: the generated servicer's ``infer``, a coroutine."""
+
     def __init__(
         self,
         executor: Executor,
@@ -160,19 +170,6 @@ def answer(packet: BlockInferencePacket, result: TaskResult) -> AIOSPacket:
     )
 
 
-def handler(service: InferenceService) -> grpc.GenericRpcHandler:
-    return grpc.method_handlers_generic_handler(
-        SERVICE,
-        {
-            "infer": grpc.unary_unary_rpc_method_handler(
-                service.infer,
-                request_deserializer=BlockInferencePacket.FromString,
-                response_serializer=AIOSPacket.SerializeToString,
-            )
-        },
-    )
-
-
 @dataclass
 class Gateway:
     """A started server: its port (the one asked for, or the one chosen for port 0)."""
@@ -198,8 +195,8 @@ async def start(
     request_log: RequestLogWriter | None = None,
     metrics: GatewayMetrics | None = None,
 ) -> Gateway:
-    """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip`, its models described
-    by ``directory``: none without one) and health."""
+    """Serve ``infer``, the Open Inference Protocol (:mod:`gateway.oip.service`, its models
+    described by ``directory``: none without one) and health."""
     infer = f"/{SERVICE}/infer"
 
     def refused(method: str, code: grpc.StatusCode, seconds: float) -> None:
@@ -212,11 +209,11 @@ async def start(
         auth.authenticate, settings.max_message_bytes, settings.max_bytes_in_flight, refused
     )
     server = grpc.aio.server(options=settings.server_options, interceptors=[admission])
-    server.add_generic_rpc_handlers(
-        [handler(InferenceService(executor, settings, sessions, quota, request_log, metrics))]
+    add_BlockInferenceServiceServicer_to_server(
+        InferenceService(executor, settings, sessions, quota, request_log, metrics), server
     )
-    server.add_generic_rpc_handlers(
-        [oip.handler(oip.OpenInferenceService(executor, settings, directory or NoModels(), quota))]
+    add_GRPCInferenceServiceServicer_to_server(
+        OpenInferenceService(executor, settings, directory or NoModels(), quota), server
     )
     health = health_aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -5,7 +5,7 @@ it ran (the checked plan: order, parents, children, leaves).
 Entries live ``ttl`` seconds from when they were written (``CONDUIT_GATEWAY_ROUTE_TTL``): a
 block deleted, or a grant revoked, is seen by a session at most that late, as the catalog
 cache of every process sees it at most ``cache_ttl`` late. The keys carry the session's hash
-tag (``tracker.keys.session_keys``): one hash per session, a field per entry; a Redis that
+tag (``tracker.gateway_keys.session_keys``): one hash per session, a field per entry; a Redis that
 cannot be reached costs a resolution, never the task.
 """
 
@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 
 from blocks.blocks import BlockInfo
 from core.transient import TRANSIENT
-from tracker.keys import session_keys
+from tracker.gateway_keys import session_keys
 
 log = logging.getLogger(__name__)
 

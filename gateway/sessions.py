@@ -11,7 +11,7 @@
   came is not held back (an in-order stream need not be gap-free, and a lost one must not
   stall its session).
 
-Every key of a session carries one hash tag (``tracker.keys.session_keys``), so each script
+Every key of a session carries one hash tag (``tracker.gateway_keys.session_keys``), so each script
 names one slot and sessions spread over a Redis Cluster. A task without a ``session_id`` is
 none of this: it simply runs. Waiting is a poll with backoff (``POLL_*``), bounded by the
 call's deadline.
@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 
 from gateway.errors import FailedPrecondition
 from gateway.task import session_id_of
-from tracker.keys import SessionKeys, session_keys
+from tracker.gateway_keys import SessionKeys, session_keys
 
 POLL_FIRST = 0.005
 POLL_MAX = 0.1

@@ -139,8 +139,6 @@ class GatewaySettings(BaseSettings):
     events_block_ms: int = Field(250, ge=10)
     #: Seconds a prediction's events are kept after it ends (as the api keeps them).
     events_retention: int = Field(3600, ge=1)
-    #: Deepest nesting of a task's ``data``.
-    max_input_depth: int = Field(64, ge=1, le=200)
     #: Join the synchronous lane, so blocks marked synchronous run through it (no durable
     #: write). Off by default: a lane member takes a share of every runner's permits from the
     #: api replicas. Without it a synchronous block runs on the durable path.

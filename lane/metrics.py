@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from lane.core_records import LaneCounters
 from lane.events import RejectReason
-from lane.records import LaneCounters
 
 #: Queue waits (s): most requests wait nothing; the queue's TTL is 30 s.
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -1,7 +1,8 @@
 """What a caller hands the lane for one ``/run``, and what the lane hands back.
 
-The caller (the api's ``/run`` routes) authenticates, resolves the destination and validates
-the input first; the lane never sees HTTP. It answers a :data:`RunResult`, or raises one of
+The caller (the api's ``/run`` routes, a gateway's synchronous block) authenticates, then
+resolves and admits the request through the front door (:mod:`front`); the lane never sees
+HTTP. It answers a :data:`RunResult`, or raises one of
 :mod:`lane.errors`.
 """
 
@@ -19,9 +20,9 @@ StreamEvent = tuple[str, str, str]
 
 
 @dataclass(frozen=True, slots=True)
-class Destination:
-    """Where a run goes (``lane``: the lane's name, a deployment) and what it is recorded
-    under."""
+class Placement:
+    """Which lane a run goes to (``lane``: the lane's name, a deployment) and what it is
+    recorded under (the caller resolved its :class:`front.destinations.Destination`)."""
 
     lane: str
     model: str
@@ -35,7 +36,7 @@ class Destination:
 class RunRequest:
     """One ``/run``, authenticated and validated."""
 
-    destination: Destination
+    placement: Placement
     account_id: int
     priority: Priority
     """Already honoured: what the account may ask for on this destination."""

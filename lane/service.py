@@ -17,13 +17,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lane import serving
 from lane.background import Background
+from lane.core_records import LaneConfig, LaneCounters
 from lane.errors import refusal
 from lane.events import band_of
 from lane.loans import Loans
 from lane.membership import Membership
-from lane.record import SyncRecorder
-from lane.records import LaneConfig, LaneCounters
 from lane.request import RunRequest, RunResult
+from lane.run_recorder import SyncRecorder
 from lane.settings import LaneSettings
 from lane.shell import LaneShell
 from lane.supply import LaneSupply

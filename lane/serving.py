@@ -31,9 +31,9 @@ from lane.stream_events import SnapshotEvents
 from protocol.capabilities import UNKNOWN_HARDWARE
 from protocol.documents import PredictionResponse
 from protocol.timings import RunnerTimes, decimal_seconds
-from tracker.batch_writes import SyncRun
 from tracker.render import storable_text
 from tracker.states import Status
+from tracker.sync_runs import SyncRun
 
 if TYPE_CHECKING:
     from lane.service import Lane
@@ -66,7 +66,7 @@ class LaneRun:
         output = prediction.output if prediction is not None else None
         logs = prediction.logs if prediction is not None else ""
         completed = datetime.now(UTC)
-        request, destination = self.request, self.request.destination
+        request, destination = self.request, self.request.placement
         run = SyncRun(
             id=self.id,
             account_id=request.account_id,
@@ -122,7 +122,7 @@ async def run(lane: Lane, request: RunRequest) -> RunResult:
     """Take ``request`` through the lane to its answer. Raises a lane error
     (``lane.errors``) when there is no run to answer."""
     call = LaneRun(lane, request)
-    destination = request.destination
+    destination = request.placement
     shell = lane.shell
     cancel_after = request.cancel_after
     deadline = shell.now() + cancel_after if cancel_after else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from lane.records import LaneConfig
+from lane.core_records import LaneConfig
 
 
 class LaneSettings(BaseSettings):

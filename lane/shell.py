@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from core.shell import ArmTimer, Shell, Tick
 from lane.core import LaneCore
+from lane.core_records import LaneConfig, LaneCounters
 from lane.events import (
     Arrive,
     Cancel,
@@ -34,7 +35,6 @@ from lane.events import (
     RunnersChanged,
     RunnerSlot,
 )
-from lane.records import LaneConfig, LaneCounters
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from redis.asyncio import Redis
 
 from tracker import keys
 from tracker.group_commit import Batcher
+from tracker.hash_slots import PerSlot
 from tracker.redis_connect import decoded, is_cluster
-from tracker.slots import PerSlot
 from tracker.states import Status
 
 DEFAULT_RETENTION = 3600

@@ -1,8 +1,9 @@
-"""Every Redis key and channel Conduit uses, built and parsed here and nowhere else.
+"""Every Redis key and channel Conduit uses, built and parsed here and nowhere else (the
+gateway's sessions and quota: ``tracker.gateway_keys``, beside this module).
 
 Keys of one deployable share a Redis Cluster hash tag (the part in braces), so a director's read
 of several shards and the enqueue and ack scripts touch one slot (callers group batches per
-tag, ``tracker.slots``; ``slot_tag`` tells them how). Per-prediction event streams carry the
+tag, ``tracker.hash_slots``; ``slot_tag`` tells them how). Per-prediction event streams carry the
 prediction's own tag on a single Redis. In a Redis Cluster they carry one of
 ``EVENT_TAGS`` shared tags instead (``events_key(id, clustered=True)``): a blocking ``XREAD``
 names keys of one slot only, so an api's one reader of every watched stream becomes one reader
@@ -21,7 +22,7 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
                                       starts a new epoch)
 ``cancel:predictions``                pub/sub channel: ids of predictions to cancel
 ``conduit:stream-signing-key``        the key of stream capability URLs, when none is
-                                      configured (``tracker.capabilities``)
+                                      configured (``tracker.stream_urls``)
 ``fleet:{fleet}:runner:<id>``         a runner's fleet entry (JSON, expires unless its director
                                       heartbeats; ``tracker.fleet``)
 ``fleet:{fleet}:runners``             sorted set of fleet entry ids by last heartbeat (ms)
@@ -30,18 +31,6 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 ``ratelimit:{acct-<id>}:create``      an account's rate of creates: when its next one is due
                                       (µs; ``tracker.rate_limits``)
 ``ratelimit:{acct-<id>}:upload``      the same for an account's uploads
-``gw:{gs-<acct>-<h>}:answers``        a gateway session's stored answers by ``seq_no`` (hash;
-                                      ``<h>`` digests the session id; ``gateway.sessions``)
-``gw:{gs-<acct>-<h>}:claim:<seq>``    the task ``seq_no`` of that session is running (token)
-``gw:{gs-<acct>-<h>}:inflight``       sorted set of the ``seq_no`` of that session's running tasks
-``gw:{gs-<acct>-<h>}:route``          that session's cached resolution (block, graph plan)
-``quota:{q-total}:rate``              the gateway's requests of the last second, by bucket
-                                      (hash; ``gateway.quota``)
-``quota:{q-acct-<id>}:rate``          an account's requests of the last second
-``quota:{q-s-<acct>-<h>}:rate``       a session's requests of the last second (``:total``: of
-                                      the quota window)
-``quota:{q-b-<h>}:rate``              a block's requests of the last second (``:total``: of the
-                                      quota window; ``<h>`` digests the block id)
 ====================================  ===========================================================
 
 The deployable's name (``dp-o/n``, ``vp-<version id>``) is also what Postgres stores in
@@ -320,60 +309,3 @@ def create_rate_key(account_id: int) -> str:
 def upload_rate_key(account_id: int) -> str:
     """The account's theoretical arrival time for uploads (GCRA), shared by every replica."""
     return f"ratelimit:{{acct-{account_id}}}:upload"
-
-
-@dataclass(frozen=True, slots=True)
-class SessionKeys:
-    """The keys of one gateway session (an account's ``session_id``), all of one hash tag."""
-
-    answers: str
-    inflight: str
-    route: str
-    prefix: str
-
-    def claim(self, seq_no: int) -> str:
-        return f"{self.prefix}claim:{seq_no}"
-
-
-def session_keys(account_id: int, session_id: str) -> SessionKeys:
-    digest = hashlib.blake2b(session_id.encode(), digest_size=12).hexdigest()
-    prefix = f"gw:{{gs-{account_id}-{digest}}}:"
-    return SessionKeys(prefix + "answers", prefix + "inflight", prefix + "route", prefix)
-
-
-# --- The gateway's quota (``gateway.quota``) ------------------------------------------------
-# One hash tag per scope (the gateway, an account, a session, a block): the limits of one scope
-# are checked and counted by one script call on one slot, and a Redis Cluster spreads the
-# sessions, blocks and accounts over its nodes.
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaKeys:
-    """The counts of one quota scope: its per-second rate, and its total over the window."""
-
-    rate: str
-    total: str
-
-
-def _quota_keys(tag: str) -> QuotaKeys:
-    prefix = f"quota:{{{tag}}}:"
-    return QuotaKeys(prefix + "rate", prefix + "total")
-
-
-def quota_total_keys() -> QuotaKeys:
-    """Every request the gateway takes (only ``rate`` is used)."""
-    return _quota_keys("q-total")
-
-
-def quota_account_keys(account_id: int) -> QuotaKeys:
-    return _quota_keys(f"q-acct-{account_id}")
-
-
-def quota_session_keys(account_id: int, session_id: str) -> QuotaKeys:
-    digest = hashlib.blake2b(session_id.encode(), digest_size=12).hexdigest()
-    return _quota_keys(f"q-s-{account_id}-{digest}")
-
-
-def quota_block_keys(block_id: str) -> QuotaKeys:
-    digest = hashlib.blake2b(block_id.encode(), digest_size=12).hexdigest()
-    return _quota_keys(f"q-b-{digest}")

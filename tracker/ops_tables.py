@@ -44,7 +44,7 @@ class OpsAction(Base):
 
 
 class OpsSession(Base):
-    """An operator's sign-in to ``/ops``, by the SHA-256 of its cookie (``api.ops.sessions``)."""
+    """An operator's sign-in to ``/ops``, by the SHA-256 of its cookie (``api.ops.sign_ins``)."""
 
     __tablename__ = "ops_sessions"
     __table_args__ = (Index("ix_ops_sessions_expires_at", "expires_at"),)

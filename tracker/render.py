@@ -3,7 +3,7 @@
 One renderer for every place a prediction leaves Conduit (GET, create, cancel, list, and the
 bodies of webhooks), so they can never disagree.
 
-``urls.stream`` is a capability URL (``tracker.capabilities``), signed with the process's
+``urls.stream`` is a capability URL (``tracker.stream_urls``), signed with the process's
 stream signer. Each process's composition root builds its :class:`PredictionLinks` (the public
 base URL and that signer) and hands it to whatever renders. Each render signs anew, so a
 prediction fetched again carries a fresh expiry. Without a signer (tools, tests of the
@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from tracker.capabilities import StreamSigner
+from tracker.stream_urls import StreamSigner
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,8 @@ def sources_of(target: Status) -> tuple[str, ...]:
 
 
 #: The one move back, outside ``TRANSITIONS`` (which a live attempt follows): a run lost with
-#: its director starts over from ``starting`` (``Lifecycle.rerun``; ``store.reset_for_rerun``).
+#: its director starts over from ``starting`` (``Lifecycle.rerun``;
+#: ``attempt_writes.reset_for_rerun``).
 RERUN_FROM = Status.PROCESSING
 
 #: Statuses that still have a transition ahead: the work a queue entry stands for.

@@ -30,7 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from core.transient import TRANSIENT, persistently
 from protocol.capabilities import UNKNOWN_HARDWARE
 from protocol.timings import RunnerTimes
-from tracker import store
+from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites, ran
 from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog, EventType
@@ -143,7 +143,7 @@ class AttemptTracker:
             return True
         row = await persistently(
             f"recording start of {self.prediction_id}",
-            lambda: store.mark_processing(self.writes, self.prediction_id, self.attempt),
+            lambda: attempt_writes.mark_processing(self.writes, self.prediction_id, self.attempt),
         )
         if row is None:
             return False
@@ -195,7 +195,7 @@ class AttemptTracker:
             await asyncio.sleep(self.flush_interval)
             self._dirty = False
             try:
-                saved = await store.save_progress(
+                saved = await attempt_writes.save_progress(
                     self.engine, self.prediction_id, self.attempt, self.output, self.logs
                 )
             except TRANSIENT as error:  # the next round, or the terminal write, catches up
@@ -275,7 +275,7 @@ class AttemptTracker:
         """The terminal write, through outages. ``None`` output or logs keep what is saved."""
         return await persistently(
             f"recording the end of {self.prediction_id}",
-            lambda: store.finish(
+            lambda: attempt_writes.finish(
                 self.writes,
                 self.prediction_id,
                 self.attempt,

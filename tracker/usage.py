@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from protocol.timings import RunnerTimes
 from tracker.db import autocommit
-from tracker.tables import UsageRecord
+from tracker.record_tables import UsageRecord
 
 CPU = "cpu"
 

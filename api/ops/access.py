@@ -2,7 +2,7 @@
 
 Closed unless configured: while no active account that is an admin (``is_admin``) or a viewer
 (``ops_role``) holds a token, every path under ``/ops`` answers 404 exactly as an unknown path
-does, static files included. Past that gate a page needs a session (``api.ops.sessions``), and
+does, static files included. Past that gate a page needs a session (``api.ops.sign_ins``), and
 an action needs an admin's session, its CSRF token (form field ``csrf`` or header
 ``X-CSRF-Token``) and, when the browser sends one, an ``Origin`` of this site.
 """
@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from api.deps import Resources, ResourcesDep
 from api.errors import Forbidden
 from api.ops import reads
-from api.ops.sessions import COOKIE, OpsSession, Sessions, same_token
+from api.ops.sign_ins import COOKIE, OpsSession, SignIns, same_token
 
 
 class SignInRequired(Exception):
@@ -57,8 +57,8 @@ async def opened(request: Request, resources: ResourcesDep) -> Resources:
 OpenedDep = Annotated[Resources, Depends(opened)]
 
 
-def sessions(resources: Resources) -> Sessions:
-    return Sessions(resources.engine, resources.settings.ops_session_ttl)
+def sessions(resources: Resources) -> SignIns:
+    return SignIns(resources.engine, resources.settings.ops_session_ttl)
 
 
 async def signed_in(request: Request, resources: OpenedDep) -> OpsSession:

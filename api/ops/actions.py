@@ -30,7 +30,6 @@ from api.ops import reads
 from api.ops.filters import PredictionFilter
 from api.ops.reads import PageKey
 from core.ids import new_prediction_id
-from director.submit import enqueue_stored
 from tracker.keys import is_dead_letter_stream
 from tracker.render import PredictionLinks
 from tracker.states import TERMINAL, UNFINISHED
@@ -102,7 +101,7 @@ async def _enqueue(resources: Resources, made: list[Any]) -> None:
         if target is None:  # its deployment was deleted meanwhile: the reconciler says so
             log.warning("retry %s: no queue target %s", row.id, row.target)
             continue
-        await enqueue_stored(resources.queue, row, target)
+        await resources.front.durable.enqueue(row, target)
 
 
 async def _retry_rows(conn: AsyncConnection, ids: list[str]) -> list[Any]:

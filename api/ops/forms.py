@@ -15,7 +15,7 @@ from api.errors import RateLimited
 from api.ops import actions, reads
 from api.ops.access import ActingDep, OpenedDep, safe_next, same_origin, sessions
 from api.ops.filters import PredictionFilter
-from api.ops.sessions import COOKIE, LOGIN_COOKIE, Role, same_token
+from api.ops.sign_ins import COOKIE, LOGIN_COOKIE, Role, same_token
 from api.ops.tasks import spawn
 from api.ops.web import page
 from catalog import lookups

@@ -24,7 +24,7 @@ from api.ops.overview import LATE_AFTER_MS
 from api.ops.overview import overview as queue_overview
 from api.ops.reads import PageKey
 from api.ops.redaction import redacted
-from api.ops.sessions import COOKIE, LOGIN_COOKIE
+from api.ops.sign_ins import COOKIE, LOGIN_COOKIE
 from api.ops.web import page, static
 from api.routes.streams import last_event
 from tracker.events import Event, EventType

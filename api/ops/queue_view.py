@@ -17,8 +17,8 @@ from redis.asyncio import Redis
 
 from director.queue import GROUP
 from tracker import keys
+from tracker.hash_slots import by_slot
 from tracker.redis_connect import decoded
-from tracker.slots import by_slot
 
 #: Most entries one search walks.
 SCAN_CAP = 50_000

@@ -16,7 +16,7 @@ from api.ops import queue_view, reads
 from api.ops.overview import REDIS_WAIT, target_of
 from api.ops.queue_view import Consumer
 from api.ops.why import Waiting, explain
-from lane.records import LaneCounters
+from lane.core_records import LaneCounters
 from tracker import keys, sharding
 from tracker.fleet import FleetEntry, read_fleet
 from tracker.keys import Kind, Target

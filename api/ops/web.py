@@ -13,7 +13,7 @@ import jinja2
 from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 
-from api.ops.sessions import OpsSession
+from api.ops.sign_ins import OpsSession
 
 #: No inline script or style anywhere: everything the page runs is a file of its own.
 CSP = (

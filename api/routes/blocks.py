@@ -24,8 +24,8 @@ from api.openapi import operation, problems
 from api.responses import FastJSONResponse
 from blocks import blocks
 from blocks.blocks import BlockInfo
-from catalog import lookups
-from catalog.lookups import AccountInfo
+from catalog import lookups, records
+from catalog.records import AccountInfo
 from tracker.keyset import PageKey
 from tracker.render import iso
 
@@ -118,7 +118,7 @@ async def _deployment_id(resources: Resources, account: AccountInfo, name: str) 
     found = await lookups.get_deployment(resources.engine, owner, short)
     if found is None:
         raise unknown
-    if lookups.manages(account, found.owner):
+    if records.manages(account, found.owner):
         return found.id
     if await resources.catalog.deployment(account, owner, short) is None:
         raise unknown
@@ -131,7 +131,7 @@ async def _version_id(resources: Resources, account: AccountInfo, version: str) 
     found = await lookups.get_version(resources.engine, version)
     if found is None:
         raise unknown
-    if lookups.manages(account, found.model.partition("/")[0]):
+    if records.manages(account, found.model.partition("/")[0]):
         return found.id
     if await resources.catalog.version(account, version) is None:
         raise unknown
@@ -229,7 +229,7 @@ async def delete_block(block_id: str, account: AccountDep, resources: ResourcesD
     block = await blocks.find(resources.engine, account, block_id, resources.catalog.grants)
     if block is None:
         raise NotFound(f"Block {block_id} not found")
-    if not lookups.manages(account, block.owner):
+    if not records.manages(account, block.owner):
         raise Forbidden(f"Block {block_id} is not yours: only its owner may delete it")
     if await blocks.delete_block(resources.engine, block_id, block.account_id):
         return Response(status_code=204)

@@ -39,9 +39,10 @@ from api.protocol import check_storable
 from api.responses import FastJSONResponse
 from core.nesting import TooDeep
 from files.links import FileLinks, render_file
+from files.names import content_type_problem
 from files.quota import QuotaExceeded
 from files.records import FileRecord
-from files.service import Files, LinkExpired, NoSuchFile, content_type_problem
+from files.service import Files, LinkExpired, NoSuchFile
 from files.store import StoreUnavailable, TooLarge
 from tracker.keyset import PageKey
 

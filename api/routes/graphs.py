@@ -25,7 +25,7 @@ from api.responses import FastJSONResponse
 from blocks import named_graphs
 from blocks.named_graphs import CompiledGraph, GraphNameTaken, RefusedGraph, StoredGraph
 from blocks.versions import BlockVersion, find_block_version, served_now
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from tracker.input_checks import RefusedInput, canonical_input
 from tracker.keyset import PageKey
 

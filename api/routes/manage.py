@@ -2,7 +2,9 @@
 
 Who may see a thing is settled first, as the reads settle it (``api.routes.models``): one the
 caller may not see answers 404 exactly like a name that does not exist. Whether it may change
-it, and what a delete must wait for, is :mod:`catalog.management`'s. A ``hardware`` must be a
+it, what a value must be and what a delete must wait for, is the catalogue's one write path
+(:mod:`catalog.models`, :mod:`catalog.versions`, :mod:`catalog.deployments`), which
+``conduit admin`` goes through too: the account is the principal. A ``hardware`` must be a
 class the fleet has now (``GET /v1/hardware``). Registering a version stays an operator's act
 (``conduit admin create-model --runner-url``): a version is what a runner serves.
 """
@@ -29,9 +31,9 @@ from api.routes.models import (
     visible_model,
 )
 from api.schemas import Deployment, Model
-from api.serving import MODEL_NAME
-from catalog import management
-from catalog.lookups import DeploymentInfo
+from catalog import deployments, models, rules, versions
+from catalog.records import DeploymentInfo
+from front.destinations import MODEL_NAME
 
 router = APIRouter(prefix="/v1", default_response_class=FastJSONResponse)
 
@@ -70,29 +72,29 @@ class DeploymentCreate(_Body):
     model: str = Field(max_length=201, description="owner/name of the model.")
     version: str = Field(pattern=r"^[0-9a-f]{64}$")
     hardware: str = Field(max_length=64)
-    min_instances: int = Field(default=0, ge=0, le=management.MAX_INSTANCES)
-    max_instances: int = Field(default=1, ge=1, le=management.MAX_INSTANCES)
+    min_instances: int = Field(default=0, ge=0, le=rules.MAX_INSTANCES)
+    max_instances: int = Field(default=1, ge=1, le=rules.MAX_INSTANCES)
 
 
 class DeploymentUpdate(_Body):
     version: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     hardware: str | None = Field(default=None, max_length=64)
-    min_instances: int | None = Field(default=None, ge=0, le=management.MAX_INSTANCES)
-    max_instances: int | None = Field(default=None, ge=1, le=management.MAX_INSTANCES)
+    min_instances: int | None = Field(default=None, ge=0, le=rules.MAX_INSTANCES)
+    max_instances: int | None = Field(default=None, ge=1, le=rules.MAX_INSTANCES)
 
 
 def _problem(error: Exception) -> Problem:
-    """What :mod:`catalog.management` raised, as the problem the client gets."""
-    if isinstance(error, management.Refused):
+    """What the catalogue's writes raised, as the problem the client gets."""
+    if isinstance(error, rules.Refused):
         return InvalidInput(str(error), errors=[{"field": error.field, "message": error.message}])
-    if isinstance(error, management.InUse):
+    if isinstance(error, rules.InUse):
         return Conflict(str(error))
-    if isinstance(error, management.NotOwner):
+    if isinstance(error, rules.NotOwner):
         return Forbidden(str(error))
     return NotFound(str(error))
 
 
-_FAILURES = (management.Refused, management.InUse, management.NotOwner, LookupError)
+_FAILURES = (rules.Refused, rules.InUse, rules.NotOwner, LookupError)
 #: A delete's declaration: 204, or these problems.
 _DELETE: dict[str, Any] = {
     "status_code": 204,
@@ -103,15 +105,15 @@ _DELETE: dict[str, Any] = {
 
 @contextlib.contextmanager
 def _refusals() -> Iterator[None]:
-    """What :mod:`catalog.management` refuses, answered as its problem."""
+    """What the catalogue's writes refuse, answered as its problem."""
     try:
         yield
     except _FAILURES as error:
         raise _problem(error) from error
 
 
-def _changes(body: DeploymentCreate | DeploymentUpdate) -> management.DeploymentChanges:
-    return management.DeploymentChanges(
+def _changes(body: DeploymentCreate | DeploymentUpdate) -> deployments.DeploymentChanges:
+    return deployments.DeploymentChanges(
         version=body.version,
         hardware=body.hardware,
         min_instances=body.min_instances,
@@ -119,9 +121,14 @@ def _changes(body: DeploymentCreate | DeploymentUpdate) -> management.Deployment
     )
 
 
-async def _check_hardware(resources: Resources, wanted: str | None, current: str | None) -> None:
+async def _known_hardware(
+    resources: Resources, wanted: str | None, current: str | None
+) -> set[str]:
+    """The fleet's hardware classes, for the catalogue to check a new ``wanted`` against
+    (read only when there is one)."""
     if wanted is not None and wanted != current:
-        management.check_hardware(wanted, await hardware.fleet_classes(resources.redis))
+        return await hardware.fleet_classes(resources.redis)
+    return set()
 
 
 async def _rendered_deployment(
@@ -150,10 +157,10 @@ async def create_model(
     body: ModelCreate, request: Request, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
     with _refusals():
-        await _check_hardware(resources, body.hardware, None)
+        known = await _known_hardware(resources, body.hardware, None)
         values = body.model_dump(exclude={"owner", "name"}, exclude_none=True)
-        model = await management.create_model(
-            resources.engine, account, body.owner, body.name, values
+        model = await models.create_model(
+            resources.engine, account, body.owner, body.name, values, known
         )
     await resources.catalog.changed(model=(model.owner, model.name))
     return FastJSONResponse(render_model(model, None, resources.base_url(request)), 201)
@@ -181,8 +188,8 @@ async def update_model(
             errors=[{"field": "visibility", "message": "must be public or private"}],
         )
     with _refusals():
-        await _check_hardware(resources, changes.get("hardware"), model.hardware)
-        model = await management.update_model(resources.engine, model, account, changes)
+        known = await _known_hardware(resources, changes.get("hardware"), model.hardware)
+        model = await models.update_model(resources.engine, model, account, changes, known)
     await resources.catalog.changed(model=(owner, name))
     latest = await latest_version(resources, model)
     return FastJSONResponse(render_model(model, latest, resources.base_url(request)))
@@ -194,7 +201,7 @@ async def delete_model(
 ) -> Response:
     model = await visible_model(resources, account, owner, name)
     with _refusals():
-        await management.delete_model(resources.engine, model, account)
+        await models.delete_model(resources.engine, model, account)
     await resources.catalog.changed(model=(owner, name))
     return Response(status_code=204)
 
@@ -208,7 +215,7 @@ async def delete_version(
     if found is None:
         raise NotFound(f"Version {version_id} of {owner}/{name} does not exist")
     with _refusals():
-        await management.delete_version(resources.engine, model, version_id, account)
+        await versions.delete_version(resources.engine, model, version_id, account)
     await resources.catalog.changed(model=(owner, name), version=version_id)
     return Response(status_code=204)
 
@@ -236,9 +243,9 @@ async def create_deployment(
         raise InvalidInput(message, errors=[{"field": "model", "message": message}])
     changes = _changes(body)
     with _refusals():
-        await _check_hardware(resources, body.hardware, None)
-        deployment = await management.create_deployment(
-            resources.engine, account, account.name, body.name, model, changes
+        known = await _known_hardware(resources, body.hardware, None)
+        deployment = await deployments.create_deployment(
+            resources.engine, account, account.name, body.name, model, changes, known_hardware=known
         )
     answer = await _rendered_deployment(resources, deployment)
     answer.status_code = 201
@@ -258,8 +265,10 @@ async def update_deployment(
     deployment = await visible_deployment(resources, account, owner, name)
     changes = _changes(body)
     with _refusals():
-        await _check_hardware(resources, body.hardware, deployment.hardware)
-        updated = await management.update_deployment(resources.engine, deployment, account, changes)
+        known = await _known_hardware(resources, body.hardware, deployment.hardware)
+        updated = await deployments.update_deployment(
+            resources.engine, deployment, account, changes, known_hardware=known
+        )
     return await _rendered_deployment(resources, updated, deployment)
 
 
@@ -269,6 +278,6 @@ async def delete_deployment(
 ) -> Response:
     deployment = await visible_deployment(resources, account, owner, name)
     with _refusals():
-        await management.delete_deployment(resources.engine, deployment, account)
+        await deployments.delete_deployment(resources.engine, deployment, account)
     await resources.catalog.changed(deployment=(owner, name), version=deployment.version_id)
     return Response(status_code=204)

@@ -20,7 +20,7 @@ from api.routes import hardware
 from api.routes.account import render_account
 from api.schemas import Deployment, DeploymentPage, Model, ModelPage, Version, VersionPage
 from catalog import lookups
-from catalog.lookups import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
+from catalog.records import AccountInfo, DeploymentInfo, ModelInfo, VersionInfo
 from tracker.keyset import PageKey
 from tracker.render import iso
 

@@ -22,6 +22,7 @@ from api.protocol import PredictionCreate
 from api.responses import FastJSONResponse
 from api.schemas import Prediction, PredictionPage
 from api.timing import timing_headers
+from front.destinations import Destination
 from tracker.render import PredictionLinks, prediction_urls, render_prediction
 from tracker.states import Status
 
@@ -50,7 +51,7 @@ async def _created(
     request: Request,
     resources: Resources,
     account: AccountDep,
-    destination: serving.Destination,
+    destination: Destination,
     body: PredictionCreate,
 ) -> FastJSONResponse:
     began = time.perf_counter()
@@ -142,7 +143,7 @@ def _respond(prediction: dict[str, Any], headers: dict[str, str]) -> FastJSONRes
 async def create_prediction(
     request: Request, body: PredictionCreate, account: AccountDep, resources: ResourcesDep
 ) -> FastJSONResponse:
-    destination = await serving.resolve_version_field(resources, account, body.version)
+    destination = await resources.front.resolver.version_field(account, body.version)
     return await _created(request, resources, account, destination, body)
 
 
@@ -155,7 +156,7 @@ async def create_model_prediction(
     account: AccountDep,
     resources: ResourcesDep,
 ) -> FastJSONResponse:
-    destination = await serving.resolve_model(resources, account, owner, name)
+    destination = await resources.front.resolver.model(account, owner, name)
     return await _created(request, resources, account, destination, body)
 
 
@@ -168,7 +169,7 @@ async def create_deployment_prediction(
     account: AccountDep,
     resources: ResourcesDep,
 ) -> FastJSONResponse:
-    destination = await serving.resolve_deployment(resources, account, owner, name)
+    destination = await resources.front.resolver.deployment(account, owner, name)
     return await _created(request, resources, account, destination, body)
 
 

@@ -25,7 +25,7 @@ from api.responses import FastJSONResponse
 from blocks import inference_servers
 from blocks.mongo.filters import MongoError
 from blocks.mongo.updates import parse_update
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from core.nesting import TooDeep, check_depth
 
 router = APIRouter(default_response_class=FastJSONResponse)

@@ -6,7 +6,7 @@ the runner answered (a prediction that failed is still answered: ``status: "fail
 ``Accept: text/event-stream``, its events as the model produces them (the prediction
 stream's ``output``, ``logs``, ``error``, ``done``). Authentication, destination and input
 validation are the create endpoints' own (``api.serving``). Nothing is stored or queued before
-the runner is called: the run is recorded after the answer (``lane.record``).
+the runner is called: the run is recorded after the answer (``lane.run_recorder``).
 
 Order of work, cheapest refusal first: the token, the destination (catalog cache), then the
 lane's verdict from the path alone (no runner, queue full: 429 ``out_of_capacity`` without
@@ -34,7 +34,6 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from api import serving
 from api.deadlines import parse_cancel_after
 from api.deps import Resources, get_account, get_resources, limit_creates
 from api.error_handlers import undecodable_body
@@ -47,15 +46,18 @@ from api.openapi import (
     problems,
 )
 from api.prefer import disconnected
-from api.priority import honoured, parse_priority_header
+from api.priority import parse_priority_header
 from api.protocol import check_storable
 from api.responses import FastJSONResponse
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from core.logs import REQUEST_ID
 from core.nesting import DEPTH_CEILING
 from files.data_urls import DataUrls
+from front import lanes
+from front.admission import honoured
+from front.destinations import Destination
 from lane.errors import LaneNotRunning
-from lane.request import Destination, Finished, RunRequest, Streamed
+from lane.request import Finished, RunRequest, Streamed
 from lane.service import Lane
 from protocol.values import Priority
 
@@ -117,19 +119,16 @@ def _run_doc(*statuses: int) -> dict[str, Any]:
 async def run_deployment(request: Request, owner: str, name: str) -> Response:
     resources, account = await _caller(request)
     lane = _lane(resources)
-    destination = await serving.resolve_deployment(resources, account, owner, name)
-    assert destination.deployment is not None
-    return await _run(request, resources, lane, account, destination, destination.deployment)
+    destination = await resources.front.resolver.deployment(account, owner, name)
+    return await _run(request, resources, lane, account, destination)
 
 
 @router.post("/models/{owner}/{name}/run", **_run_doc(404))
 async def run_model(request: Request, owner: str, name: str) -> Response:
     resources, account = await _caller(request)
     lane = _lane(resources)
-    destination = await serving.resolve_model(resources, account, owner, name)
-    version = destination.version.id
-    lane_name = lane.supply.lane_for_version(version) or f"version:{version}"
-    return await _run(request, resources, lane, account, destination, lane_name)
+    destination = await resources.front.resolver.model(account, owner, name)
+    return await _run(request, resources, lane, account, destination)
 
 
 async def _caller(request: Request) -> tuple[Resources, AccountInfo]:
@@ -153,8 +152,7 @@ async def _run(
     resources: Resources,
     lane: Lane,
     account: AccountInfo,
-    destination: serving.Destination,
-    lane_name: str,
+    destination: Destination,
 ) -> Response:
     cancel_after = parse_cancel_after(request.headers.get("cancel-after"))
     requested = parse_priority_header(request.headers.get("x-priority"))
@@ -162,27 +160,18 @@ async def _run(
         honoured(requested, account.may_use_high_priority, destination.allow_high_priority)
         or Priority.NORMAL
     )
-    lane.refuse_early(lane_name, account.id, priority)
+    placement = lanes.placement(lane, destination)
+    lane.refuse_early(placement.lane, account.id, priority)
     body = await _body(request)
-    max_depth = resources.settings.max_input_depth
-    input_json = serving.checked_input(destination, body.input, max_depth)
-    linked = await serving.check_file_references(
-        resources, account, body.input, resources.base_url(request)
-    )
+    admission = resources.front.admission
+    input_json = admission.input(destination, body.input)
+    linked = await admission.files(account.id, body.input, resources.base_url(request))
     runner_input_json = None  # recorded as given; the runner gets signed delivery URLs
     if linked is not body.input:
-        runner_input_json = serving.canonical(linked, max_depth)
-    version = destination.version
+        runner_input_json = admission.canonical(linked)
     result = await lane.run(
         RunRequest(
-            destination=Destination(
-                lane=lane_name,
-                model=version.model,
-                version_id=version.id,
-                target=destination.target.name,
-                deployment_id=destination.deployment_id,
-                deployment=destination.deployment,
-            ),
+            placement=placement,
             account_id=account.id,
             priority=priority,
             input_json=input_json,

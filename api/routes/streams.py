@@ -16,7 +16,7 @@ id from the expired live stream cannot be matched to a replayed event, and the c
 still learn that the prediction is over.
 
 Who may read it: anyone holding the prediction's ``urls.stream``, a capability URL signed for
-this prediction with an expiry (``tracker.capabilities``) that needs no ``Authorization``, as a
+this prediction with an expiry (``tracker.stream_urls``) that needs no ``Authorization``, as a
 browser's ``EventSource`` cannot send one; or, with the plain URL, the owner's bearer token. A
 valid signature is enough on its own. A refused one is answered as such (401
 ``invalid_signature``, or 403 ``expired_signature`` for a genuine link past its expiry) unless a
@@ -46,11 +46,11 @@ from api.deps import Resources, ResourcesDep
 from api.errors import InvalidRequest, NotFound, Unavailable
 from api.openapi import LAST_EVENT_ID, STREAM_EVENT, operation, problems
 from tracker import keys, store
-from tracker.capabilities import Verdict
 from tracker.event_hub import Subscription
 from tracker.events import Event, EventLog, EventType, done_data, output_text
 from tracker.redis_connect import is_cluster
 from tracker.states import Status
+from tracker.stream_urls import Signature
 
 router = APIRouter(prefix="/v1")
 
@@ -124,7 +124,7 @@ async def _readable(
 ) -> Mapping[Any, Any]:
     """The prediction, if the request may read it (see the module's docstring)."""
     verdict = await stream_capability(resources.stream_signer, prediction_id, exp, sig)
-    if verdict is Verdict.VALID:
+    if verdict is Signature.VALID:
         row = await store.get(resources.engine, prediction_id)
         if row is None:  # signed once, and since deleted
             raise NotFound(f"Prediction {prediction_id} not found")

@@ -26,9 +26,9 @@ from api.protocol import PredictionCreate
 from api.responses import FastJSONResponse
 from api.routes.models import visible_model
 from api.schemas import Training, TrainingPage
-from api.serving import MODEL_NAME
-from catalog import lookups
-from catalog.lookups import AccountInfo, VersionInfo
+from catalog import records
+from catalog.records import AccountInfo, VersionInfo
+from front.destinations import MODEL_NAME, Destination
 from tracker.input_checks import build_validator
 from tracker.keys import Target
 from tracker.render import render_training
@@ -66,7 +66,7 @@ async def _destination(resources: Resources, account: AccountInfo, name: str) ->
     model = await resources.catalog.model(account, found["owner"], found["name"])
     if model is None:
         raise NotFound(NO_DESTINATION)
-    if not lookups.manages(account, model.owner):
+    if not records.manages(account, model.owner):
         raise Forbidden(f"Only {model.owner} may train into {name}")
     return f"{model.owner}/{model.name}"
 
@@ -94,7 +94,7 @@ async def create_training(
     if found is None:
         raise NotFound(f"Version {version_id} of {owner}/{name} does not exist")
     version = found[0]
-    destination = serving.Destination(
+    destination = Destination(
         version,
         training_validator(version),
         Target.training(version.id, version.shards),

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from blocks.blocks import BlockInfo
 from blocks.graphs.specs import GraphSpec, StepSpec
-from catalog.lookups import VersionInfo
+from catalog.records import VersionInfo
 from tracker.input_checks import FieldError
 
 #: Declared fields listed in a refusal of an undeclared one, at most.
@@ -33,16 +33,27 @@ _FOLLOWED_REFS = 16
 
 
 class StepBlock(Protocol):
-    """What a step's block resolves to (the gateway's ``Destination`` is one)."""
+    """What a step's block resolves to (the front door's ``Destination`` of a block is one;
+    its ``block`` is always set)."""
 
     @property
-    def block(self) -> BlockInfo: ...
+    def block(self) -> BlockInfo | None: ...
 
     @property
     def version(self) -> VersionInfo: ...
 
     @property
     def validator(self) -> Any: ...
+
+
+def block_of(step: StepBlock) -> BlockInfo:
+    """The block a step resolved to."""
+    assert step.block is not None
+    return step.block
+
+
+def _block_id(step: StepBlock) -> str:
+    return block_of(step).id
 
 
 def check_mappings(spec: GraphSpec, resolved: Mapping[str, StepBlock]) -> list[FieldError]:
@@ -129,11 +140,11 @@ def _check_source(
         return None
     if path and found == frozenset({"null"}):
         return (
-            f"{text} is always null (block {source.block.id}'s output has no such field), "
+            f"{text} is always null (block {_block_id(source)}'s output has no such field), "
             f"and {name} takes {_describe(accepted)}"
         )
     return (
-        f"{text} is {_describe(found)} (block {source.block.id}'s Output schema), "
+        f"{text} is {_describe(found)} (block {_block_id(source)}'s Output schema), "
         f"but {name} takes {_describe(accepted)}"
     )
 

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Collection as Names
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import lookups, management, writes
-from catalog.lookups import DeploymentInfo
+from catalog import deployments, lookups, records, rules, writes
+from catalog.records import DeploymentInfo
 from conduit.admin.collection import Collection
 from conduit.admin.names import (
     VISIBILITIES,
@@ -18,7 +19,7 @@ from conduit.admin.names import (
     split_name,
 )
 from conduit.admin.names import visibility as parse_visibility
-from conduit.admin.running import OPERATOR, with_engine
+from conduit.admin.running import OPERATOR, with_engine, with_redis
 from conduit.admin.tables import when
 from tracker.keys import DEFAULT_SHARDS
 from tracker.priority import Priority
@@ -36,10 +37,15 @@ async def create_deployment(
     visibility: str | None = None,
     grants: str = "",
     allow_high_priority: bool | None = None,
-) -> lookups.DeploymentInfo:
+    hardware: str | None = None,
+    known_hardware: Names[str] = (),
+) -> records.DeploymentInfo:
     """Create a deployment (private unless ``visibility`` says public) or release a new
-    configuration of one; ``grants`` (``acct1,acct2``) may use it. The owner account is
-    created when missing, as for models; granted accounts must exist."""
+    configuration of one; ``grants`` (``acct1,acct2``) may use it. The rules are those of
+    the API (:mod:`catalog.deployments`), the operator acting for the owner: a new
+    deployment's name, a ``hardware`` the fleet has (``known_hardware``), a version of the
+    model. The owner account is created when missing, as for models; granted accounts must
+    exist."""
     owner, short = split_name(name)
     model_owner, model_name = split_name(model)
     if priority not in tuple(Priority):
@@ -64,11 +70,13 @@ async def create_deployment(
             Priority(priority),
             visibility=chosen,
             allow_high_priority=allow_high_priority,
+            hardware=hardware,
+            known_hardware=known_hardware,
         )
         for account in granted:
             await writes.grant(engine, account, "deployment", owner, short)
-    except LookupError as error:
-        raise SystemExit(str(error)) from error
+    except (LookupError, rules.Refused, rules.InUse, rules.NotOwner) as error:
+        raise SystemExit(f"create-deployment: {error}") from error
     if not existed:
         note_new_owner(owner)
     return deployment
@@ -99,8 +107,8 @@ async def show_deployment(engine: AsyncEngine, name: str) -> DeploymentInfo:
 async def delete_deployment(engine: AsyncEngine, name: str) -> str:
     deployment = await show_deployment(engine, name)
     try:
-        await management.delete_deployment(engine, deployment, OPERATOR)
-    except (LookupError, management.Refused, management.InUse) as error:
+        await deployments.delete_deployment(engine, deployment, OPERATOR)
+    except (LookupError, rules.Refused, rules.InUse, rules.NotOwner) as error:
         raise SystemExit(f"delete-deployment: {error}") from None
     return f"deleted deployment {name}"
 
@@ -117,6 +125,9 @@ DEPLOYMENTS: Collection[DeploymentInfo] = Collection(
 
 
 def cmd_create_deployment(args: argparse.Namespace) -> None:
+    from api.routes.hardware import fleet_classes
+
+    known: Names[str] = with_redis(fleet_classes) if args.hardware is not None else ()
     deployment = with_engine(
         lambda engine: create_deployment(
             engine,
@@ -130,6 +141,8 @@ def cmd_create_deployment(args: argparse.Namespace) -> None:
             visibility=args.visibility,
             grants=args.grant,
             allow_high_priority=args.allow_high_priority,
+            hardware=args.hardware,
+            known_hardware=known,
         ),
         catalog_change=True,
     )
@@ -143,7 +156,7 @@ def cmd_scaler(args: argparse.Namespace) -> None:
 
     owner, name = split_name(args.deployment)
 
-    async def read(engine: Any) -> tuple[lookups.DeploymentInfo, int]:
+    async def read(engine: Any) -> tuple[records.DeploymentInfo, int]:
         deployment = await lookups.get_deployment(engine, owner, name)
         if deployment is None:
             raise SystemExit(f"conduit: deployment {args.deployment} does not exist")
@@ -158,10 +171,18 @@ def cmd_scaler(args: argparse.Namespace) -> None:
 
 
 def add_deployments(admin_sub: Any) -> None:
-    deployment = admin_sub.add_parser("create-deployment", help="create or update a deployment")
+    deployment = admin_sub.add_parser(
+        "create-deployment",
+        help="create a deployment or release a new configuration of one, by the API's rules "
+        "for its name, hardware and version",
+    )
     deployment.add_argument("name", metavar="OWNER/NAME")
     deployment.add_argument("--model", required=True, metavar="OWNER/NAME")
     deployment.add_argument("--version", help="version id (default: the model's latest)")
+    deployment.add_argument(
+        "--hardware",
+        help="a hardware class of the fleet (conduit admin fleet); unchanged when omitted",
+    )
     deployment.add_argument(
         "--shards",
         type=int,

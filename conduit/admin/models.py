@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import lookups, management, writes
-from catalog.lookups import ModelInfo
+from catalog import lookups, models, rules, versions, writes
+from catalog.records import ModelInfo
 from conduit.admin.collection import Collection
 from conduit.admin.names import VISIBILITIES, note_new_owner, split_name
 from conduit.admin.names import visibility as parse_visibility
@@ -59,18 +59,22 @@ async def create_model(
     visibility: str | None = None,
     runner_token: str | None = None,
 ) -> str:
-    """Register the runner's model as ``OWNER/NAME``. A missing owner account is created (it
-    has no token until ``create-account OWNER``): said on stderr, so a mistyped owner shows."""
+    """Register the runner's model as ``OWNER/NAME`` (a new model's name follows the rules
+    the API's follow). A missing owner account is created (it has no token until
+    ``create-account OWNER``): said on stderr, so a mistyped owner shows."""
     owner, short = split_name(name)
     chosen = parse_visibility(visibility)
     schema, cog_version = read_runner_schema(runner_url, runner_token)
-    async with engine.begin() as conn:
-        created = await writes.ensure_account(conn, owner)
-    if created:
+    existed = await lookups.get_account(engine, owner) is not None
+    try:
+        version = await writes.create_version(
+            engine, owner, short, schema, cog_version, shards, visibility=chosen
+        )
+    except (LookupError, rules.Refused, rules.NotOwner) as error:
+        raise SystemExit(f"create-model: {error}") from None
+    if not existed:
         note_new_owner(owner)
-    return await writes.create_version(
-        engine, owner, short, schema, cog_version, shards, visibility=chosen
-    )
+    return version
 
 
 MODEL_COLUMNS = ("MODEL", "VISIBILITY", "LATEST VERSION", "HARDWARE", "CREATED")
@@ -103,9 +107,9 @@ async def delete_model(engine: AsyncEngine, name: str, with_versions: bool) -> s
     try:
         if with_versions:
             for version in await lookups.list_versions(engine, model.id):
-                await management.delete_version(engine, model, version, OPERATOR)
-        await management.delete_model(engine, model, OPERATOR)
-    except (LookupError, management.Refused, management.InUse) as error:
+                await versions.delete_version(engine, model, version, OPERATOR)
+        await models.delete_model(engine, model, OPERATOR)
+    except (LookupError, rules.Refused, rules.InUse, rules.NotOwner) as error:
         raise SystemExit(f"delete-model: {error}") from None
     return f"deleted model {name}"
 

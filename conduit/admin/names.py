@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from catalog import lookups
+from catalog import records
 
 VISIBILITIES = ["public", "private"]
 
@@ -16,13 +16,13 @@ def split_name(value: str) -> tuple[str, str]:
     return owner, name
 
 
-def visibility(value: str | None) -> lookups.Visibility | None:
+def visibility(value: str | None) -> records.Visibility | None:
     if value is None:
         return None
     try:
-        return lookups.Visibility(value)
+        return records.Visibility(value)
     except ValueError:
-        allowed = ", ".join(lookups.Visibility)
+        allowed = ", ".join(records.Visibility)
         raise SystemExit(f"visibility must be one of {allowed}, got {value!r}") from None
 
 

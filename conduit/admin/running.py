@@ -6,14 +6,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from catalog.lookups import AccountInfo
+from catalog.rules import OPERATOR
 from conduit.runtime import database_url, run_async
 
 T = TypeVar("T")
 
-#: Who the CLI acts as where a rule asks who acts (reads, deletes): an admin, which sees and
-#: manages what every account owns.
-OPERATOR = AccountInfo(id=0, name="", active=True, webhook_secret="", is_admin=True)
+# ``OPERATOR`` (from ``catalog.rules``) is who the CLI acts as: the admin principal of every
+# catalogue write and read it makes, which sees and manages what every account owns, by the
+# rules the API's accounts follow.
+__all__ = ["OPERATOR", "announce_catalog_change", "with_engine", "with_redis"]
 
 
 def with_engine(work: Callable[[Any], Awaitable[T]], *, catalog_change: bool = False) -> T:

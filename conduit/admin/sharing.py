@@ -9,13 +9,13 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import lookups, writes
+from catalog import records, writes
 from conduit.admin.names import VISIBILITIES, account_names, split_name
 from conduit.admin.names import visibility as parse_visibility
 from conduit.admin.running import with_engine
 
 
-async def grant(engine: AsyncEngine, accounts: str, kind: lookups.Kind, name: str) -> list[str]:
+async def grant(engine: AsyncEngine, accounts: str, kind: records.Kind, name: str) -> list[str]:
     """Let each of ``accounts`` (``acct1,acct2``) use the private model or deployment."""
     owner, short = split_name(name)
 
@@ -27,7 +27,7 @@ async def grant(engine: AsyncEngine, accounts: str, kind: lookups.Kind, name: st
     )
 
 
-async def revoke(engine: AsyncEngine, accounts: str, kind: lookups.Kind, name: str) -> list[str]:
+async def revoke(engine: AsyncEngine, accounts: str, kind: records.Kind, name: str) -> list[str]:
     """Withdraw grants. An account still sees a public one, or one it owns."""
     owner, short = split_name(name)
 
@@ -54,7 +54,7 @@ async def _each_account(
 
 
 async def set_visibility(
-    engine: AsyncEngine, kind: lookups.Kind, name: str, visibility: str
+    engine: AsyncEngine, kind: records.Kind, name: str, visibility: str
 ) -> str:
     owner, short = split_name(name)
     chosen = parse_visibility(visibility)

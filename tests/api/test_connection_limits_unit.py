@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from api.connections import Admission, BodyPace, ConnectionLedger, ConnectionLimits, Refusal
+from api.connections import Admission, BodyPace, ConnectionLedger, ConnectionLimits, ConnectionsFull
 
 
 def _limits(total: int = 4, per_address: int = 2, proxies: str = "") -> ConnectionLimits:
@@ -26,10 +26,10 @@ def test_an_address_gets_its_share_and_others_the_rest() -> None:
     ledger = ConnectionLedger(_limits())
     first = [ledger.admit("192.0.2.1") for _ in range(2)]
     assert all(isinstance(a, Admission) for a in first)
-    assert ledger.admit("192.0.2.1") is Refusal.ADDRESS_FULL
+    assert ledger.admit("192.0.2.1") is ConnectionsFull.ADDRESS_FULL
     assert isinstance(ledger.admit("192.0.2.2"), Admission)
     assert isinstance(ledger.admit("192.0.2.3"), Admission)
-    assert ledger.admit("192.0.2.4") is Refusal.FULL
+    assert ledger.admit("192.0.2.4") is ConnectionsFull.FULL
     admitted = first[0]
     assert isinstance(admitted, Admission)
     ledger.release(admitted)
@@ -41,7 +41,7 @@ def test_ipv6_addresses_share_their_64() -> None:
     ledger = ConnectionLedger(_limits())
     assert isinstance(ledger.admit("2001:db8::1"), Admission)
     assert isinstance(ledger.admit("2001:db8::2"), Admission)
-    assert ledger.admit("2001:db8::3") is Refusal.ADDRESS_FULL
+    assert ledger.admit("2001:db8::3") is ConnectionsFull.ADDRESS_FULL
     assert isinstance(ledger.admit("2001:db8:0:1::1"), Admission)
 
 
@@ -49,7 +49,7 @@ def test_a_trusted_proxy_is_held_to_the_total_only() -> None:
     ledger = ConnectionLedger(_limits(proxies="10.0.0.0/8"))
     for _ in range(4):
         assert isinstance(ledger.admit("10.1.2.3"), Admission)
-    assert ledger.admit("10.1.2.3") is Refusal.FULL
+    assert ledger.admit("10.1.2.3") is ConnectionsFull.FULL
 
 
 def test_a_steady_body_passes_every_window() -> None:

@@ -15,7 +15,7 @@ from api.app import create_app
 from api.errors import PROBLEM_JSON, problem_response
 from api.routes.models import render_deployment, render_model, render_version
 from api.settings import ApiSettings
-from catalog.lookups import DeploymentInfo, ModelInfo, VersionInfo
+from catalog.records import DeploymentInfo, ModelInfo, VersionInfo
 from tracker.render import PredictionLinks, render_prediction
 from tracker.states import Status
 
@@ -63,7 +63,7 @@ def test_v1_routes_need_the_bearer_token_and_health_does_not() -> None:
         # The inference server registry and the request log keep the seed's own paths,
         # outside /v1.
         if path.startswith(("/v1/", "/inference_server", "/logs/")):
-            # A stream's capability URL opens it without a token (``tracker.capabilities``).
+            # A stream's capability URL opens it without a token (``tracker.stream_urls``).
             anonymous: list[dict[str, Any]] = [{}] if path.endswith("/stream") else []
             assert operation["security"] == [{"bearer": []}, *anonymous], (method, path)
             assert {"401", "429"} <= set(operation["responses"]), (method, path)

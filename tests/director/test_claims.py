@@ -11,10 +11,10 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from director.claims import Claimed, Claims, Verdict
+from director.claims import Claimed, Claims, Unclaimed
 from director.queue import Entry, Queue, deployment_stream
 from tests.fixtures.predictions import inserted_prediction
-from tracker import store
+from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog
 from tracker.keys import alive_key
@@ -52,9 +52,9 @@ async def _alive(redis: Redis, consumer: str, running: list[str]) -> None:
 async def _processing_on(engine: AsyncEngine, owner: str) -> str:
     """A prediction ``owner`` claimed and started."""
     pid = await inserted_prediction(engine)
-    row = await store.claim(engine, pid, owner)
+    row = await attempt_writes.claim(engine, pid, owner)
     assert row is not None
-    assert await store.mark_processing(engine, pid, row["attempt"]) is not None
+    assert await attempt_writes.mark_processing(engine, pid, row["attempt"]) is not None
     return pid
 
 
@@ -64,7 +64,7 @@ async def test_an_entry_of_a_prediction_running_on_a_live_director_is_dropped(
     owner = f"a-{uuid.uuid4().hex[:8]}"
     pid = await _processing_on(engine, owner)
     await _alive(redis, owner, [pid])
-    assert await _claims(redis, engine, "b").claim(_entry(pid)) is Verdict.DROP
+    assert await _claims(redis, engine, "b").claim(_entry(pid)) is Unclaimed.DROP
     row = await store.get(engine, pid)
     assert row is not None and row["claim_owner"] == owner and row["attempt"] == 1
 
@@ -92,17 +92,19 @@ async def test_a_rerun_whose_row_changed_is_left_not_failed(
     claims = _claims(redis, engine, "b")
     claim = await claims.claim(_entry(pid))  # "a" is not alive: taken over
     assert isinstance(claim, Claimed)
-    newer = await store.claim(engine, pid, "c", ("b",))  # and taken again before the re-run
+    newer = await attempt_writes.claim(
+        engine, pid, "c", ("b",)
+    )  # and taken again before the re-run
     assert newer is not None
 
-    assert await claims.rerun(claim.row, max_runs=5) is Verdict.LATER
+    assert await claims.rerun(claim.row, max_runs=5) is Unclaimed.LATER
     row = await store.get(engine, pid)
     assert row is not None and row["status"] == Status.PROCESSING.value
     assert row["attempt"] == newer["attempt"] and row["error"] is None
 
-    ended = await store.finish(engine, pid, newer["attempt"], Status.FAILED, error="gone")
+    ended = await attempt_writes.finish(engine, pid, newer["attempt"], Status.FAILED, error="gone")
     assert ended is not None
-    assert await claims.rerun(claim.row, max_runs=5) is Verdict.DROP
+    assert await claims.rerun(claim.row, max_runs=5) is Unclaimed.DROP
 
 
 async def test_a_rerun_within_the_bound_starts_over_and_past_it_is_refused(

@@ -38,7 +38,7 @@ from tests.fixtures.api import create, wait_status
 from tests.fixtures.processes import Launcher, Proc
 from tests.fixtures.scripted_runner import ScriptedRunner, scripted_runner
 from tests.fixtures.waiting import wait_for
-from tracker.capabilities import StreamSigner
+from tracker.stream_urls import StreamSigner
 
 API = "http://api.example"
 INLINE_MAX = 1024

@@ -12,15 +12,8 @@ from typing import Any
 
 import pytest
 
-from director.snapshot_files import (
-    Event,
-    FileBytes,
-    FileEnd,
-    FileStart,
-    ScanError,
-    SnapshotScanner,
-    Text,
-)
+from director.snapshot_events import Event, FileBytes, FileEnd, FileStart, ScanError, Text
+from director.snapshot_files import SnapshotScanner
 
 Splitter = Callable[[bytes], Iterator[bytes]]
 

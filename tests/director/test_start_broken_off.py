@@ -24,7 +24,7 @@ from protocol.client import RunnerClient, without_resends
 from protocol.errors import NoAnswer
 from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
-from tracker import store
+from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog
 from tracker.render import PredictionLinks
@@ -69,7 +69,7 @@ async def test_a_start_that_broke_off_is_left_to_the_queue(
 ) -> None:
     server, url = dying
     pid = await inserted_prediction(engine)
-    row = await store.claim(engine, pid, "director-a")
+    row = await attempt_writes.claim(engine, pid, "director-a")
     assert row is not None
     redis = Redis.from_url(redis_url)
     tracker = AttemptTracker(

@@ -17,9 +17,9 @@ from api.deps import Resources
 from api.metrics import ResourceCollector
 from conduit import metrics_doc
 from conduit.settings_catalog import ROOT
+from lane.core_records import LaneCounters
 from lane.events import RejectReason
 from lane.metrics import LaneCollector
-from lane.records import LaneCounters
 from runners.pool.config import FixedProbe, ModelSpec, PoolConfig
 from runners.pool.core import PoolCore
 from runners.pool.metrics import PoolCollector

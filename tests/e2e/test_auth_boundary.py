@@ -31,7 +31,7 @@ import redis
 from starlette.requests import Request
 
 from api.auth import client_address
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from catalog.token_checks import AccountCache, FailureBudget, well_formed
 from core.ids import new_api_token
 from tests.conftest import ECHO, Stack
@@ -41,7 +41,7 @@ from tests.fixtures.processes import Launcher
 from tests.fixtures.sse import events
 from tests.fixtures.waiting import wait_for
 from tracker import keys
-from tracker.capabilities import DEFAULT_TTL, StreamSigner, Verdict
+from tracker.stream_urls import DEFAULT_TTL, Signature, StreamSigner
 
 pytestmark = pytest.mark.e2e
 
@@ -120,15 +120,15 @@ def test_signatures_name_one_prediction_and_expire() -> None:
     query = parse_qs(signer.query("p1") or "")
     exp, sig = query["exp"][0], query["sig"][0]
     assert int(exp) == clock.now + 3600
-    assert signer.verify("p1", exp, sig) is Verdict.VALID
-    assert signer.verify("p2", exp, sig) is Verdict.FORGED
-    assert signer.verify("p1", str(int(exp) + 1), sig) is Verdict.FORGED
-    assert signer.verify("p1", exp, ("A" if sig[0] != "A" else "B") + sig[1:]) is Verdict.FORGED
-    assert signer.verify("p1", exp, None) is Verdict.FORGED
-    assert signer.verify("p1", "soon", sig) is Verdict.FORGED
-    assert StreamSigner(key=b"x" * 32, clock=clock).verify("p1", exp, sig) is Verdict.FORGED
+    assert signer.verify("p1", exp, sig) is Signature.VALID
+    assert signer.verify("p2", exp, sig) is Signature.FORGED
+    assert signer.verify("p1", str(int(exp) + 1), sig) is Signature.FORGED
+    assert signer.verify("p1", exp, ("A" if sig[0] != "A" else "B") + sig[1:]) is Signature.FORGED
+    assert signer.verify("p1", exp, None) is Signature.FORGED
+    assert signer.verify("p1", "soon", sig) is Signature.FORGED
+    assert StreamSigner(key=b"x" * 32, clock=clock).verify("p1", exp, sig) is Signature.FORGED
     clock.now += 3600
-    assert signer.verify("p1", exp, sig) is Verdict.EXPIRED
+    assert signer.verify("p1", exp, sig) is Signature.EXPIRED
     assert StreamSigner().query("p1") is None  # no key yet: the plain URL
 
 
@@ -138,8 +138,8 @@ def test_a_signer_keeps_accepting_keys_it_knew() -> None:
     signer.adopt(b"n" * 32)
     by_old = parse_qs(old.query("p") or "")
     by_new = parse_qs(signer.query("p") or "")
-    assert signer.verify("p", by_old["exp"][0], by_old["sig"][0]) is Verdict.VALID
-    assert old.verify("p", by_new["exp"][0], by_new["sig"][0]) is Verdict.FORGED
+    assert signer.verify("p", by_old["exp"][0], by_old["sig"][0]) is Signature.VALID
+    assert old.verify("p", by_new["exp"][0], by_new["sig"][0]) is Signature.FORGED
 
 
 async def test_unknown_tokens_never_evict_known_ones() -> None:

@@ -33,8 +33,8 @@ from tests.fixtures.api import assert_problem, create, wait_status
 from tests.fixtures.cog_server import FIXTURES, cog_server
 from tests.fixtures.processes import Launcher
 from tests.fixtures.s3_server import ACCESS_KEY, SECRET_KEY, S3Server, s3_server
-from tracker.capabilities import StreamSigner
 from tracker.db import make_engine
+from tracker.stream_urls import StreamSigner
 
 pytestmark = pytest.mark.e2e
 

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog import writes
-from catalog.lookups import Visibility
+from catalog.records import Visibility
 from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem

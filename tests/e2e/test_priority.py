@@ -12,7 +12,7 @@ import httpx
 import psycopg
 import pytest
 
-from api.priority import honoured
+from front.admission import honoured
 from tests.conftest import Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem, create, wait_status

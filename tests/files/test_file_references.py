@@ -17,7 +17,7 @@ from files.links import FileLinks
 from files.service import Files
 from files.settings import FileSettings
 from tests.fixtures.admin import Admin
-from tracker.capabilities import StreamSigner
+from tracker.stream_urls import StreamSigner
 
 API = "http://api.test"
 

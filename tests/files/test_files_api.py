@@ -23,7 +23,7 @@ from tests.conftest import ECHO, Stack
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem
 from tests.fixtures.processes import Launcher
-from tracker.capabilities import StreamSigner
+from tracker.stream_urls import StreamSigner
 
 #: The own api's file limit and page size: small, so that tests cross them cheaply.
 MAX_BYTES = 64 * 1024

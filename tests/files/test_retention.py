@@ -33,8 +33,8 @@ from tests.fixtures.s3_server import S3Server
 from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import until
 from tracker import store
-from tracker.capabilities import StreamSigner
 from tracker.db import make_engine
+from tracker.stream_urls import StreamSigner
 
 SETTINGS = FileSettings(output_retention=3600, retention=86400)
 

@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.cache import Catalog
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from core.ports import free_port
 from gateway.executor import OutputFile, TaskResult
-from gateway.oip_directory import BlockDirectory
+from gateway.oip.directory import BlockDirectory
 from gateway.server import Gateway, start, token_auth
 from gateway.settings import GatewaySettings
 from gateway.task import Task

@@ -14,7 +14,7 @@ import grpc
 import httpx
 import pytest
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from catalog.token_checks import TokenChecks
 from gateway.auth import TokenAuth
 from gateway.errors import ResourceExhausted, Unauthenticated

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from core.ports import free_port
 from gateway.admission import ByteBudget
 from gateway.executor import TaskResult

@@ -23,7 +23,7 @@ from blocks import blocks
 from blocks.versions import find_block_version
 from catalog import lookups, writes
 from catalog.cache import Catalog
-from catalog.lookups import AccountInfo, Grants, Visibility
+from catalog.records import AccountInfo, Grants, Visibility
 from tests.fixtures.admin import Admin
 from tests.fixtures.api import assert_problem
 from tests.fixtures.processes import Launcher, base_env

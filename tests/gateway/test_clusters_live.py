@@ -38,7 +38,7 @@ from tests.fixtures.two_clusters import (
 from tests.fixtures.waiting import until, wait_for
 from tests.gateway.conftest import generate_stubs
 from tests.gateway.test_server import run_example
-from tracker.keys import session_keys
+from tracker.gateway_keys import session_keys
 
 
 @pytest.fixture(scope="module")

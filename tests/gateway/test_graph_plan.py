@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from gateway.errors import InvalidArgument, Unavailable
-from gateway.graph import GraphPlan, plan_graph
+from gateway.graphs.plan import GraphPlan, plan_graph
 
 SEED_GRAPH = {
     "graph": {

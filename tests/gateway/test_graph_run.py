@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from core.shell import ArmTimer, Tick
 from gateway.errors import DeadlineExceeded, InvalidArgument
-from gateway.graph import GraphPlan, StepFailed, plan_graph, run_graph
-from gateway.graph_run import (
+from gateway.graphs.core import (
     Answer,
     Begin,
     GraphRun,
@@ -28,6 +27,8 @@ from gateway.graph_run import (
     StepSucceeded,
     TimedOut,
 )
+from gateway.graphs.plan import GraphPlan, plan_graph
+from gateway.graphs.run import StepFailed, run_graph
 from tests.fixtures.loop import loop_turns
 from tests.fixtures.waiting import until
 

@@ -15,9 +15,9 @@ import pytest
 
 from blocks.blocks import BlockInfo
 from blocks.versions import BlockVersion
-from catalog.lookups import VersionInfo
+from catalog.records import VersionInfo
 from gateway.errors import Aborted, DeadlineExceeded, InvalidArgument
-from gateway.named_graph import (
+from gateway.graphs.named import (
     INPUT,
     CompiledGraph,
     StepFailed,

@@ -19,11 +19,11 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog import writes
-from catalog.lookups import Visibility
+from catalog.records import Visibility
 from core.ports import free_port
 from gateway.executor import OutputFile
-from gateway.oip import answer_tensors, response_of
-from gateway.oip_tensors import Tensor, output_tensors
+from gateway.oip.outputs import Tensor, output_tensors
+from gateway.oip.requests import answer_tensors, response_of
 from gateway.proto.grpc_service_pb2 import (
     InferParameter,
     InferTensorContents,

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog import writes
-from catalog.lookups import Visibility
+from catalog.records import Visibility
 from gateway.server import Gateway
 from tests.fixtures.admin import Admin
 from tests.gateway.test_protos import OIP

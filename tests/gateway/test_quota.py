@@ -18,14 +18,14 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from core.ports import free_port
 from gateway.executor import TaskResult
 from gateway.proto.grpc_service_pb2 import ModelInferRequest
 from gateway.proto.grpc_service_pb2_grpc import GRPCInferenceServiceStub
 from gateway.proto.inference_pb2 import BlockInferencePacket
 from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
-from gateway.quota import SECOND_US, Quota, QuotaLimits, Refusal, Window
+from gateway.quota import SECOND_US, OverQuota, Quota, QuotaLimits, Window
 from gateway.server import Gateway, start, token_auth
 from gateway.settings import GatewaySettings
 from gateway.task import Task
@@ -33,7 +33,7 @@ from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher
 from tests.fixtures.waiting import let_pass
 from tests.gateway.test_oip import tensor as oip_tensor
-from tracker import keys
+from tracker import gateway_keys
 from tracker.redis_connect import connect
 
 T0 = 1_700_000_000 * SECOND_US
@@ -42,7 +42,7 @@ T0 = 1_700_000_000 * SECOND_US
 @pytest.fixture
 async def redis(redis_url: str) -> AsyncIterator[Redis]:
     client = connect(redis_url)
-    await client.delete(keys.quota_total_keys().rate)  # the one key every quota shares
+    await client.delete(gateway_keys.quota_total_keys().rate)  # the one key every quota shares
     yield client
     await client.aclose()
 
@@ -223,7 +223,7 @@ async def test_a_narrow_refusal_never_counts_in_the_wider_scopes(
 
 
 def test_a_refusal_names_its_limit_and_carries_retry_after() -> None:
-    error = Refusal(Window.of("requests_per_session_id", "k", 1000, 86400), 0.2501).error()
+    error = OverQuota(Window.of("requests_per_session_id", "k", 1000, 86400), 0.2501).error()
     assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "requests_per_session_id" in error.message and "1000" in error.message
     assert dict(error.trailing) == {"retry-after": "1", "retry-after-ms": "251"}
@@ -347,7 +347,7 @@ async def test_two_gateways_share_one_total(launcher: Launcher, admin: Admin, re
     RESOURCE_EXHAUSTED."""
     env = {"CONDUIT_GATEWAY_QUOTA_REQUESTS_PER_SECOND_TOTAL": "50"}
     addresses = [launcher.gateway(env)[1], launcher.gateway(env)[1]]
-    await redis.delete(keys.quota_total_keys().rate)
+    await redis.delete(gateway_keys.quota_total_keys().rate)
     token = admin.create_account(f"q{uuid.uuid4().hex[:10]}")
     block = f"blk-{uuid.uuid4().hex[:8]}"
     channels = [grpc.aio.insecure_channel(a) for a in addresses]

@@ -20,7 +20,7 @@ from gateway.proto.inference_pb2_grpc import BlockInferenceServiceStub
 from tests.fixtures.admin import Admin
 from tests.fixtures.gateway_stack import Live
 from tests.fixtures.processes import Launcher
-from tracker.keys import session_keys
+from tracker.gateway_keys import session_keys
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.cache import Catalog
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
+from front.destinations import Resolver
 from gateway.destinations import Destinations
 from gateway.errors import InvalidArgument, ResourceExhausted
 from gateway.proto.inference_pb2 import BlockInferencePacket, FileInfo
@@ -65,7 +66,7 @@ async def test_unknown_ids_not_of_a_blocks_shape_are_never_cached(
     check: it refuses them itself, before any lookup, and keeps nothing of them."""
     redis = Redis.from_url(redis_url)
     try:
-        destinations = Destinations(Catalog(engine, 5.0), FleetView(redis), ttl=5.0)
+        destinations = Destinations(Resolver(Catalog(engine, 5.0)), FleetView(redis), ttl=5.0)
         account = AccountInfo(id=1, name="someone", active=True, webhook_secret="")
         for n in range(20):
             with pytest.raises(InvalidArgument, match=r"^node: not a block id"):

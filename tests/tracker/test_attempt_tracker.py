@@ -25,7 +25,7 @@ from protocol.client import RunnerClient
 from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
 from tests.fixtures.waiting import apace
-from tracker import store
+from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
 from tracker.render import PredictionLinks
@@ -79,7 +79,7 @@ async def _claimed(engine: AsyncEngine, pid: str | None = None) -> RowMapping:
     """A new claim of ``pid`` (a new prediction without it), always by the same director
     name: a director restarted after a crash keeps its name."""
     pid = pid or await inserted_prediction(engine)
-    row = await store.claim(engine, pid, "director-a")
+    row = await attempt_writes.claim(engine, pid, "director-a")
     assert row is not None
     return row
 
@@ -169,7 +169,7 @@ async def _rerun(engine: AsyncEngine, pid: str, events: EventLog) -> RowMapping 
     """What a director does with a prediction whose run was lost: claim it again, reset it,
     and hand it to an execution (whose runner is never reached when it may not run again)."""
     row = await _claimed(engine, pid)
-    reset = await store.reset_for_rerun(engine, pid, row["attempt"])
+    reset = await attempt_writes.reset_for_rerun(engine, pid, row["attempt"])
     assert reset is not None
     tracker = _tracker(engine, reset, events)
     async with aiohttp.ClientSession() as session:

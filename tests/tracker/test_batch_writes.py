@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from protocol.timings import RunnerTimes
 from tests.fixtures.predictions import new_predictions
-from tracker import store
+from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites, _unique_rounds
 from tracker.db import autocommit
 from tracker.group_commit import Batcher
@@ -27,19 +27,19 @@ async def _claimed(engine: AsyncEngine, count: int) -> list[str]:
     assert [row["id"] for row in rows] == [new.id for new in news]  # the order given
     assert [row["input"] for row in rows] == [{"i": i} for i in range(count)]
     for new in news:
-        assert await store.claim(engine, new.id, "director-a") is not None
+        assert await attempt_writes.claim(engine, new.id, "director-a") is not None
     return [new.id for new in news]
 
 
 async def test_concurrent_ends_each_get_their_own_row(engine: AsyncEngine) -> None:
     ids = await _claimed(engine, 40)
     writes = StateWrites(engine)  # one per process: concurrent calls share its statements
-    started = await asyncio.gather(*(store.mark_processing(writes, pid, 1) for pid in ids))
+    started = await asyncio.gather(*(attempt_writes.mark_processing(writes, pid, 1) for pid in ids))
     assert all(row is not None and row["started_at"] is not None for row in started)
     # Half of them are written by a stale attempt: those must all lose, the rest all win.
     finished = await asyncio.gather(
         *(
-            store.finish(
+            attempt_writes.finish(
                 writes,
                 pid,
                 1 if i % 2 == 0 else 7,
@@ -90,7 +90,9 @@ async def test_concurrent_starts_through_one_state_writes_share_statements(
     event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
         writes = StateWrites(engine)
-        started = await asyncio.gather(*(store.mark_processing(writes, pid, 1) for pid in ids))
+        started = await asyncio.gather(
+            *(attempt_writes.mark_processing(writes, pid, 1) for pid in ids)
+        )
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
     assert all(row is not None for row in started)
@@ -101,8 +103,8 @@ async def test_a_second_end_for_the_same_prediction_is_fenced(engine: AsyncEngin
     (pid,) = await _claimed(engine, 1)
     writes = StateWrites(engine)
     first, second = await asyncio.gather(
-        store.finish(writes, pid, 1, Status.FAILED, error="first"),
-        store.finish(writes, pid, 1, Status.CANCELED),
+        attempt_writes.finish(writes, pid, 1, Status.FAILED, error="first"),
+        attempt_writes.finish(writes, pid, 1, Status.CANCELED),
     )
     assert (first is None) != (second is None)  # exactly one terminal state
     row = await store.get(engine, pid)
@@ -111,9 +113,9 @@ async def test_a_second_end_for_the_same_prediction_is_fenced(engine: AsyncEngin
 
 async def test_output_left_alone_unless_given(engine: AsyncEngine) -> None:
     (pid,) = await _claimed(engine, 1)
-    assert await store.mark_processing(engine, pid, 1) is not None
-    assert await store.save_progress(engine, pid, 1, ["kept"], "so far\n")
-    row = await store.finish(engine, pid, 1, Status.CANCELED)
+    assert await attempt_writes.mark_processing(engine, pid, 1) is not None
+    assert await attempt_writes.save_progress(engine, pid, 1, ["kept"], "so far\n")
+    row = await attempt_writes.finish(engine, pid, 1, Status.CANCELED)
     assert row is not None and row["output"] == ["kept"] and row["logs"] == "so far\n"
     assert row["started_at"] is not None and row["completed_at"] is not None
 
@@ -130,9 +132,15 @@ async def test_an_end_written_without_its_start_records_the_run(engine: AsyncEng
         )
     writes = StateWrites(engine)
     ends = await asyncio.gather(
-        store.finish(writes, ran, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=0.2)),
-        store.finish(writes, failed_running, 1, Status.FAILED, times=RunnerTimes(predict_time=0.1)),
-        store.finish(writes, never_ran, 1, Status.CANCELED, times=RunnerTimes(predict_time=0.0)),
+        attempt_writes.finish(
+            writes, ran, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=0.2)
+        ),
+        attempt_writes.finish(
+            writes, failed_running, 1, Status.FAILED, times=RunnerTimes(predict_time=0.1)
+        ),
+        attempt_writes.finish(
+            writes, never_ran, 1, Status.CANCELED, times=RunnerTimes(predict_time=0.0)
+        ),
     )
     for row, predict_time in zip(ends[:2], (0.2, 0.1), strict=True):
         assert row is not None and row["runs"] == 1
@@ -143,13 +151,17 @@ async def test_an_end_written_without_its_start_records_the_run(engine: AsyncEng
     assert canceled is not None and canceled["started_at"] is None and canceled["runs"] == 0
     # A start already written is kept, and not counted twice.
     (pid,) = await _claimed(engine, 1)
-    started = await store.mark_processing(engine, pid, 1)
+    started = await attempt_writes.mark_processing(engine, pid, 1)
     assert started is not None
-    row = await store.finish(engine, pid, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=9))
+    row = await attempt_writes.finish(
+        engine, pid, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=9)
+    )
     assert row is not None and row["started_at"] == started["started_at"] and row["runs"] == 1
     # A runner's figure never puts the start before the creation.
     (pid,) = await _claimed(engine, 1)
-    row = await store.finish(engine, pid, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=60))
+    row = await attempt_writes.finish(
+        engine, pid, 1, Status.SUCCEEDED, times=RunnerTimes(predict_time=60)
+    )
     assert row is not None and row["started_at"] == row["created_at"]
 
 
@@ -256,9 +268,9 @@ async def test_grouped_writes_find_their_rows_by_primary_key_whatever_the_backlo
     writes = StateWrites(engine)
     event.listen(engine.sync_engine, "before_cursor_execute", record)
     try:
-        assert await store.claim(writes, pid, "director-a") is not None
-        assert await store.mark_processing(writes, pid, 1) is not None
-        assert await store.finish(writes, pid, 1, Status.SUCCEEDED) is not None
+        assert await attempt_writes.claim(writes, pid, "director-a") is not None
+        assert await attempt_writes.mark_processing(writes, pid, 1) is not None
+        assert await attempt_writes.finish(writes, pid, 1, Status.SUCCEEDED) is not None
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
     assert len(executed) == 3

@@ -8,7 +8,7 @@ import uuid
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from catalog import lookups, writes
+from catalog import lookups, versions, writes
 
 SCHEMA = {"components": {"schemas": {"Input": {"type": "object", "properties": {}}}}}
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -19,14 +19,14 @@ def _owner() -> str:
 
 
 def test_version_id_depends_on_model_schema_and_cog_version() -> None:
-    base = writes.version_id_for("a", "m", SCHEMA, "0.1")
+    base = versions.version_id_for("a", "m", SCHEMA, "0.1")
     assert HEX64.match(base)
-    assert writes.version_id_for("a", "m", {**SCHEMA}, "0.1") == base
-    assert writes.version_id_for("a", "n", SCHEMA, "0.1") != base
-    assert writes.version_id_for("b", "m", SCHEMA, "0.1") != base
-    assert writes.version_id_for("a", "m", SCHEMA, "0.2") != base
-    assert writes.version_id_for("a", "m", SCHEMA, None) != base
-    assert writes.version_id_for("a", "m", {"components": {}}, "0.1") != base
+    assert versions.version_id_for("a", "m", {**SCHEMA}, "0.1") == base
+    assert versions.version_id_for("a", "n", SCHEMA, "0.1") != base
+    assert versions.version_id_for("b", "m", SCHEMA, "0.1") != base
+    assert versions.version_id_for("a", "m", SCHEMA, "0.2") != base
+    assert versions.version_id_for("a", "m", SCHEMA, None) != base
+    assert versions.version_id_for("a", "m", {"components": {}}, "0.1") != base
 
 
 async def test_two_models_with_one_schema_keep_their_own_versions(engine: AsyncEngine) -> None:

@@ -16,7 +16,7 @@ from blocks.graphs.expressions import BadExpression, compile_expression, truthy
 from blocks.graphs.specs import MAX_STEPS, RefusedGraph, checked_spec, parse_spec
 from blocks.named_graphs import CompiledGraph, compile_graph, explain
 from blocks.versions import BlockVersion
-from catalog.lookups import VersionInfo
+from catalog.records import VersionInfo
 from tracker.input_checks import build_validator
 
 NOW = datetime(2026, 12, 4, tzinfo=UTC)

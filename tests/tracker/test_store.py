@@ -7,28 +7,30 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from protocol.timings import RunnerTimes
 from tests.fixtures.predictions import inserted_prediction, new_predictions
-from tracker import keyset, store
+from tracker import attempt_writes, keyset, store
 from tracker.states import Status
 
 
 async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngine) -> None:
     pid = await inserted_prediction(engine, "store")
-    first = await store.claim(engine, pid, "director-a")
+    first = await attempt_writes.claim(engine, pid, "director-a")
     # director-a was found dead: director-b may take its prediction over.
-    second = await store.claim(engine, pid, "director-b", takeable=("director-a",))
+    second = await attempt_writes.claim(engine, pid, "director-b", takeable=("director-a",))
     assert first is not None and second is not None
     assert (first["attempt"], second["attempt"]) == (1, 2)
     assert second["claim_owner"] == "director-b"
 
     # The first claimer is stale now: none of its writes land.
-    assert await store.mark_processing(engine, pid, 1) is None
-    assert await store.finish(engine, pid, 1, Status.SUCCEEDED, output="stale") is None
-    assert await store.mark_processing(engine, pid, 2) is not None
-    assert await store.save_progress(engine, pid, 1, ["x"], "stale") is False
-    assert await store.save_progress(engine, pid, 2, ["a"], "log\n") is True
+    assert await attempt_writes.mark_processing(engine, pid, 1) is None
+    assert await attempt_writes.finish(engine, pid, 1, Status.SUCCEEDED, output="stale") is None
+    assert await attempt_writes.mark_processing(engine, pid, 2) is not None
+    assert await attempt_writes.save_progress(engine, pid, 1, ["x"], "stale") is False
+    assert await attempt_writes.save_progress(engine, pid, 2, ["a"], "log\n") is True
 
     times = RunnerTimes(predict_time=0.5)
-    done = await store.finish(engine, pid, 2, Status.SUCCEEDED, output=["a", "b"], times=times)
+    done = await attempt_writes.finish(
+        engine, pid, 2, Status.SUCCEEDED, output=["a", "b"], times=times
+    )
     assert done is not None
     assert done["status"] == "succeeded" and done["output"] == ["a", "b"]
     assert done["metrics"]["predict_time"] == 0.5 and done["metrics"]["total_time"] >= 0
@@ -36,26 +38,28 @@ async def test_claims_number_attempts_and_fence_stale_writers(engine: AsyncEngin
 
 async def test_a_live_owners_claim_is_not_taken(engine: AsyncEngine) -> None:
     pid = await inserted_prediction(engine, "store")
-    claimed = await store.claim(engine, pid, "director-a")
+    claimed = await attempt_writes.claim(engine, pid, "director-a")
     assert claimed is not None and claimed["attempt"] == 1
     # A duplicate delivery elsewhere while director-a lives: nothing changes.
-    assert await store.claim(engine, pid, "director-b") is None
-    assert await store.claim(engine, pid, "director-b", takeable=("director-c",)) is None
+    assert await attempt_writes.claim(engine, pid, "director-b") is None
+    assert await attempt_writes.claim(engine, pid, "director-b", takeable=("director-c",)) is None
     row = await store.get(engine, pid)
     assert row is not None and (row["attempt"], row["claim_owner"]) == (1, "director-a")
-    assert await store.mark_processing(engine, pid, 1) is not None  # its run goes on
+    assert await attempt_writes.mark_processing(engine, pid, 1) is not None  # its run goes on
     # The same director, restarted under its name, claims its own prediction again.
-    again = await store.claim(engine, pid, "director-a")
+    again = await attempt_writes.claim(engine, pid, "director-a")
     assert again is not None and again["attempt"] == 2
 
 
 async def test_exactly_one_terminal_state(engine: AsyncEngine) -> None:
     pid = await inserted_prediction(engine, "store")
-    claimed = await store.claim(engine, pid, "director-a")
+    claimed = await attempt_writes.claim(engine, pid, "director-a")
     assert claimed is not None
-    assert await store.finish(engine, pid, 1, Status.FAILED, error="boom") is not None
-    assert await store.finish(engine, pid, 1, Status.SUCCEEDED) is None
-    assert await store.claim(engine, pid, "director-b") is None  # terminal: nothing to claim
+    assert await attempt_writes.finish(engine, pid, 1, Status.FAILED, error="boom") is not None
+    assert await attempt_writes.finish(engine, pid, 1, Status.SUCCEEDED) is None
+    assert (
+        await attempt_writes.claim(engine, pid, "director-b") is None
+    )  # terminal: nothing to claim
     row = await store.get(engine, pid)
     assert row is not None and row["status"] == "failed" and row["error"] == "boom"
 
@@ -67,12 +71,12 @@ async def test_cancel_of_unclaimed_prediction_is_immediate(engine: AsyncEngine) 
     canceled, now = await store.request_cancel(engine, row["account_id"], pid)
     assert now and canceled is not None and canceled["status"] == "canceled"
     assert canceled["completed_at"] is not None and canceled["cancel_requested"]
-    assert await store.claim(engine, pid, "director-a") is None
+    assert await attempt_writes.claim(engine, pid, "director-a") is None
 
 
 async def test_cancel_of_claimed_prediction_only_flags_it(engine: AsyncEngine) -> None:
     pid = await inserted_prediction(engine, "store")
-    claimed = await store.claim(engine, pid, "director-a")
+    claimed = await attempt_writes.claim(engine, pid, "director-a")
     assert claimed is not None
     flagged, now = await store.request_cancel(engine, claimed["account_id"], pid)
     assert flagged is not None and not now
@@ -98,18 +102,18 @@ async def _usage(engine: AsyncEngine, pid: str) -> tuple[str, float, float] | No
 
 async def test_terminal_write_records_usage_in_the_same_statement(engine: AsyncEngine) -> None:
     ran = await inserted_prediction(engine, "store")
-    assert await store.claim(engine, ran, "director-a") is not None
+    assert await attempt_writes.claim(engine, ran, "director-a") is not None
     times = RunnerTimes(predict_time=1.25)
-    assert await store.finish(engine, ran, 1, Status.SUCCEEDED, times=times) is not None
+    assert await attempt_writes.finish(engine, ran, 1, Status.SUCCEEDED, times=times) is not None
     assert await _usage(engine, ran) == ("succeeded", 1.25, 1.25)
 
     aborted = await inserted_prediction(engine, "store")
-    assert await store.claim(engine, aborted, "director-a") is not None
-    assert await store.finish(engine, aborted, 1, Status.ABORTED) is not None
+    assert await attempt_writes.claim(engine, aborted, "director-a") is not None
+    assert await attempt_writes.finish(engine, aborted, 1, Status.ABORTED) is not None
     assert await _usage(engine, aborted) == ("aborted", 0.0, 0.0)  # never ran: nothing billed
 
     fenced = await inserted_prediction(engine, "store")
-    assert await store.finish(engine, fenced, 7, Status.FAILED) is None
+    assert await attempt_writes.finish(engine, fenced, 7, Status.FAILED) is None
     assert await _usage(engine, fenced) is None  # no terminal state, no usage row
 
 

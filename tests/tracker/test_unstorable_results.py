@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from core.transient import TRANSIENT, persistently
 from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
-from tracker import store
+from tracker import attempt_writes
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
 from tracker.render import PredictionLinks
@@ -40,7 +40,7 @@ async def _tracker(
     engine: AsyncEngine, redis: Redis, caps: Caps | None = None, max_len: int = 100_000
 ) -> AttemptTracker:
     pid = await inserted_prediction(engine, "unstorable")
-    row = await store.claim(engine, pid, "director-u")
+    row = await attempt_writes.claim(engine, pid, "director-u")
     assert row is not None
     events = EventLog(redis, max_len=max_len)
     publishing = Publishing(events, PredictionLinks("http://conduit.test"), fence=Unfenced())
@@ -112,7 +112,7 @@ async def test_a_refused_terminal_write_is_recorded_as_a_failure(
 ) -> None:
     tracker = await _tracker(engine, redis)
     await tracker.progress(["kept"], "kept\n")
-    real_finish = store.finish
+    real_finish = attempt_writes.finish
     calls: list[Status] = []
 
     async def refusing_once(*args: Any, **kwargs: Any) -> RowMapping | None:
@@ -121,7 +121,7 @@ async def test_a_refused_terminal_write_is_recorded_as_a_failure(
             raise DataError("UPDATE ...", {}, UntranslatableCharacter("cannot store that"))
         return await real_finish(*args, **kwargs)
 
-    monkeypatch.setattr(store, "finish", refusing_once)
+    monkeypatch.setattr(attempt_writes, "finish", refusing_once)
     row = await tracker.finish(Status.SUCCEEDED, output=["kept", "more"], logs="kept\nmore\n")
     assert calls == [Status.SUCCEEDED, Status.FAILED]
     assert row is not None and row["status"] == "failed"
@@ -139,7 +139,7 @@ async def test_a_refused_failure_is_unrecordable(
     async def refusing(*args: Any, **kwargs: Any) -> RowMapping | None:
         raise IntegrityError("INSERT ...", {}, Exception("constraint"))
 
-    monkeypatch.setattr(store, "finish", refusing)
+    monkeypatch.setattr(attempt_writes, "finish", refusing)
     with pytest.raises(UnrecordableResult):
         await tracker.finish(Status.SUCCEEDED, output=["x"])
 

@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from catalog import writes
 from core.ids import new_prediction_id
 from protocol.timings import RunnerTimes
-from tracker import store, usage
+from tracker import attempt_writes, store, usage
 from tracker.states import Status
 from tracker.usage import remote_times
 
@@ -34,7 +34,7 @@ async def _claimed(engine: AsyncEngine, account_id: int) -> str:
     )
     async with engine.begin() as conn:
         await store.insert_prediction(conn, prediction)
-    assert await store.claim(engine, prediction.id, "director-a") is not None
+    assert await attempt_writes.claim(engine, prediction.id, "director-a") is not None
     return prediction.id
 
 
@@ -55,7 +55,7 @@ async def _account(engine: AsyncEngine) -> int:
 async def test_gpu_run_keeps_exactly_what_the_runner_reported(engine: AsyncEngine) -> None:
     pid = await _claimed(engine, await _account(engine))
     times = RunnerTimes(predict_time=1.5, queue_wait_time=0.25, gpu_time=1.25)
-    row = await store.finish(engine, pid, 1, Status.SUCCEEDED, times=times, hardware="gpu")
+    row = await attempt_writes.finish(engine, pid, 1, Status.SUCCEEDED, times=times, hardware="gpu")
     assert row is not None
     metrics = row["metrics"]
     assert {k: metrics[k] for k in ("predict_time", "queue_wait_time", "gpu_time")} == {
@@ -78,7 +78,9 @@ async def test_cpu_runs_count_cpu_time_and_no_gpu_time(engine: AsyncEngine) -> N
     account = await _account(engine)
     canceled = await _claimed(engine, account)
     times = RunnerTimes(predict_time=0.5)  # a CPU runner that says nothing of GPUs
-    assert await store.finish(engine, canceled, 1, Status.CANCELED, times=times, hardware="cpu")
+    assert await attempt_writes.finish(
+        engine, canceled, 1, Status.CANCELED, times=times, hardware="cpu"
+    )
     assert await _record(engine, canceled) == {
         "hardware": "cpu",
         "predict_time": 0.5,
@@ -89,7 +91,7 @@ async def test_cpu_runs_count_cpu_time_and_no_gpu_time(engine: AsyncEngine) -> N
     }
 
     aborted = await _claimed(engine, account)
-    assert await store.finish(engine, aborted, 1, Status.ABORTED, hardware="cpu")
+    assert await attempt_writes.finish(engine, aborted, 1, Status.ABORTED, hardware="cpu")
     record = await _record(engine, aborted)
     assert (record["cpu_time"], record["billable_seconds"]) == (0.0, 0.0)
 
@@ -100,7 +102,9 @@ async def test_cpu_runs_count_cpu_time_and_no_gpu_time(engine: AsyncEngine) -> N
 
 async def test_unknown_hardware_and_unreported_times(engine: AsyncEngine) -> None:
     pid = await _claimed(engine, await _account(engine))
-    row = await store.finish(engine, pid, 1, Status.FAILED, times=RunnerTimes(predict_time=2.0))
+    row = await attempt_writes.finish(
+        engine, pid, 1, Status.FAILED, times=RunnerTimes(predict_time=2.0)
+    )
     assert row is not None and set(row["metrics"]) == {"predict_time", "total_time"}
     assert await _record(engine, pid) == {
         "hardware": "runner",

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from api.auth import Authenticator
 from api.errors import RateLimited, Unauthenticated
 from api.settings import ApiSettings
-from catalog.lookups import AccountInfo
+from catalog.records import AccountInfo
 from protocol.documents import PredictionResponse
 from protocol.timings import RunnerTimes
 from protocol.values import WebhookEvent

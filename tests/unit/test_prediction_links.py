@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from tracker.capabilities import StreamSigner, Verdict
 from tracker.render import PredictionLinks, prediction_urls
+from tracker.stream_urls import Signature, StreamSigner
 
 BASE = "http://127.0.0.1:8000"
 
@@ -23,9 +23,9 @@ def test_each_links_signs_with_its_own_signer() -> None:
     signed_second = prediction_urls(PredictionLinks(BASE, second), "p1")["stream"]
     plain = prediction_urls(PredictionLinks(BASE), "p1")["stream"]
 
-    assert first.verify("p1", *_capability(signed_first)) is Verdict.VALID
-    assert second.verify("p1", *_capability(signed_first)) is Verdict.FORGED
-    assert second.verify("p1", *_capability(signed_second)) is Verdict.VALID
+    assert first.verify("p1", *_capability(signed_first)) is Signature.VALID
+    assert second.verify("p1", *_capability(signed_first)) is Signature.FORGED
+    assert second.verify("p1", *_capability(signed_second)) is Signature.VALID
     assert plain == f"{BASE}/v1/predictions/p1/stream"
 
 

@@ -25,6 +25,7 @@ PRODUCT = [
     "catalog",
     "files",
     "blocks",
+    "front",
     "lane",
     "director",
     "api",

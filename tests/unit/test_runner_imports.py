@@ -28,6 +28,7 @@ FORBIDDEN = {
     "catalog",
     "files",
     "blocks",
+    "front",
     "api",
     "director",
     "lane",

@@ -50,7 +50,7 @@ _SIG = re.compile(r"[A-Za-z0-9_-]{43}")
 _EXP = re.compile(r"[0-9]{1,12}")
 
 
-class Verdict(enum.Enum):
+class Signature(enum.Enum):
     """What a stream URL's ``exp`` and ``sig`` are worth for one prediction."""
 
     VALID = "valid"
@@ -104,7 +104,7 @@ class StreamSigner:
         exp = int(self._clock()) + self.ttl
         return f"exp={exp}&sig={_signature(self._keys[0], prediction_id, exp)}"
 
-    def verify(self, prediction_id: str, exp: str | None, sig: str | None) -> Verdict:
+    def verify(self, prediction_id: str, exp: str | None, sig: str | None) -> Signature:
         return self._verify("stream", prediction_id, exp, sig, forever=False)
 
     def sign(self, purpose: str, subject: str, exp: int) -> str | None:
@@ -116,25 +116,25 @@ class StreamSigner:
 
     def verify_signed(
         self, purpose: str, subject: str, exp: str | None, sig: str | None
-    ) -> Verdict:
+    ) -> Signature:
         """What a :meth:`sign` signature is worth; ``exp`` 0 never expires."""
         return self._verify(purpose, subject, exp, sig, forever=True)
 
     async def check_signed(
         self, purpose: str, subject: str, exp: str | None, sig: str | None
-    ) -> Verdict:
+    ) -> Signature:
         """:meth:`verify_signed`, re-reading the shared key once when refused (as :meth:`check`)."""
         verdict = self.verify_signed(purpose, subject, exp, sig)
-        if verdict is Verdict.FORGED and exp is not None and sig is not None:
+        if verdict is Signature.FORGED and exp is not None and sig is not None:
             if await self.reload():
                 verdict = self.verify_signed(purpose, subject, exp, sig)
         return verdict
 
     def _verify(
         self, purpose: str, subject: str, exp: str | None, sig: str | None, *, forever: bool
-    ) -> Verdict:
+    ) -> Signature:
         if exp is None or sig is None or not _EXP.fullmatch(exp) or not _SIG.fullmatch(sig):
-            return Verdict.FORGED
+            return Signature.FORGED
         expires = int(exp)
         # Every key is tried, whatever matches: the time taken says nothing of which one did.
         matches = [
@@ -142,16 +142,16 @@ class StreamSigner:
             for key in self._keys
         ]
         if not any(matches):
-            return Verdict.FORGED
+            return Signature.FORGED
         if forever and expires == 0:
-            return Verdict.VALID
-        return Verdict.VALID if expires > self._clock() else Verdict.EXPIRED
+            return Signature.VALID
+        return Signature.VALID if expires > self._clock() else Signature.EXPIRED
 
-    async def check(self, prediction_id: str, exp: str | None, sig: str | None) -> Verdict:
+    async def check(self, prediction_id: str, exp: str | None, sig: str | None) -> Signature:
         """:meth:`verify`, re-reading the shared key once when the signature is refused: it
         may have been made by a process that created the key after this one read it."""
         verdict = self.verify(prediction_id, exp, sig)
-        if verdict is Verdict.FORGED and exp is not None and sig is not None:
+        if verdict is Signature.FORGED and exp is not None and sig is not None:
             if await self.reload():
                 verdict = self.verify(prediction_id, exp, sig)
         return verdict

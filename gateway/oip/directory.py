@@ -23,8 +23,8 @@ from blocks import named_graphs
 from blocks.named_graphs import GRAPH_ID
 from blocks.versions import find_block_version
 from catalog.cache import Catalog, TTLCache
-from catalog.lookups import AccountInfo, VersionInfo
-from gateway.oip_tensors import OUTPUT
+from catalog.records import AccountInfo, VersionInfo
+from gateway.oip.outputs import OUTPUT
 from gateway.task import target_of
 
 PLATFORM = "cog"

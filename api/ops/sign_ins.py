@@ -50,7 +50,7 @@ def same_token(given: str | None, expected: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
-class Sessions:
+class SignIns:
     def __init__(self, engine: AsyncEngine, ttl: int) -> None:
         self.engine = engine
         self.ttl = ttl

@@ -1,8 +1,8 @@
 """Graphs of blocks (``output_ptr``): plan one, then run it, whatever a step is.
 
-Owns the graph's semantics only: :func:`plan_graph` (:mod:`gateway.graph_plan`) refuses a bad
-graph before anything runs and resolves each block once; :func:`run_graph` runs the steps as
-the sans-IO core of :mod:`gateway.graph_run` decides, on the shared :class:`core.shell.Shell`.
+Owns the graph's semantics only: :func:`~gateway.graphs.plan.plan_graph` refuses a bad graph
+before anything runs and resolves each block once; :func:`run_graph` runs the steps as the
+sans-IO core of :mod:`gateway.graphs.core` decides, on the shared :class:`core.shell.Shell`.
 How a step runs (a prediction on the durable path, a call to another cluster) is the caller's
 :class:`StepRunner`; this module neither knows nor cares.
 
@@ -20,8 +20,7 @@ import grpc
 
 from core.shell import ArmTimer, Shell, Tick
 from gateway.errors import Cancelled, DeadlineExceeded, GatewayError
-from gateway.graph_plan import GraphPlan, plan_graph
-from gateway.graph_run import (
+from gateway.graphs.core import (
     Answer,
     Begin,
     Effect,
@@ -33,8 +32,9 @@ from gateway.graph_run import (
     StepSucceeded,
     TimedOut,
 )
+from gateway.graphs.plan import GraphPlan
 
-__all__ = ["GraphPlan", "StepFailed", "StepRunner", "plan_graph", "run_graph"]
+__all__ = ["StepFailed", "StepRunner", "run_graph"]
 
 log = logging.getLogger(__name__)
 

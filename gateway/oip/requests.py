@@ -14,7 +14,9 @@ import grpc
 
 from gateway.errors import InvalidArgument
 from gateway.executor import OutputFile
-from gateway.oip_tensors import Tensor, decode_inputs, encode_outputs, output_tensors, parameter
+from gateway.oip.datatypes import parameter
+from gateway.oip.inputs import decode_inputs
+from gateway.oip.outputs import Tensor, encode_outputs, output_tensors
 from gateway.proto.grpc_service_pb2 import ModelInferRequest, ModelInferResponse
 from gateway.task import Task, session_id_of, target_of
 

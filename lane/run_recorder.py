@@ -1,7 +1,7 @@
 """The record of a ``/run``, written after the caller has its answer.
 
 Each finished run becomes a prediction row with ``source: "sync"`` and its usage record
-(:func:`tracker.batch_writes.insert_sync_runs`), so it shows in the account's list and usage.
+(:func:`tracker.sync_runs.insert_sync_runs`), so it shows in the account's list and usage.
 Nothing waits for the write: the caller was answered already, and a write that fails is
 logged and counted (``lane_record_failures_total``), never raised.
 
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from tracker.batch_writes import SyncRun, insert_sync_runs
+from tracker.sync_runs import SyncRun, insert_sync_runs
 
 log = logging.getLogger(__name__)
 

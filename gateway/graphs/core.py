@@ -1,5 +1,5 @@
 """One run of a graph as a sans-IO core: which step starts when, with what input, and how the
-run ends. It never awaits, reads a clock or touches a task; :func:`gateway.graph.run_graph`
+run ends. It never awaits, reads a clock or touches a task; :func:`gateway.graphs.run.run_graph`
 drives it on :class:`core.shell.Shell` and carries out its effects.
 
 * A step starts as soon as its inputs exist (Triton's ensemble scheduler): the head at
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.shell import ArmTimer, Tick
-from gateway.graph_plan import GraphPlan
+from gateway.graphs.plan import GraphPlan
 
 # -- events ---------------------------------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """Running a named graph (:mod:`blocks.named_graphs`): each step's input computed from its
-mappings, on :func:`gateway.graph.run_graph`'s scheduler and shell.
+mappings, on :func:`gateway.graphs.run.run_graph`'s scheduler and shell.
 
-The steps become the nodes of a :class:`~gateway.graph_plan.GraphPlan` under one extra head,
+The steps become the nodes of a :class:`~gateway.graphs.plan.GraphPlan` under one extra head,
 :data:`INPUT` (which answers at once), each step a child of the steps it needs (the head's, if
 it needs none). So a step starts as soon as everything it reads has ended, independent steps
 run concurrently, at most ``max_inflight`` at once, one deadline bounds the whole run, and a
@@ -38,8 +38,8 @@ from blocks.graphs.schemas import StepBlock
 from blocks.graphs.specs import GraphSpec, RefusedGraph, StepSpec
 from blocks.named_graphs import GRAPH_ID, CompiledGraph, compile_graph, explain
 from gateway.errors import DeadlineExceeded, InvalidArgument
-from gateway.graph import StepFailed, StepRunner, run_graph
-from gateway.graph_plan import GraphPlan
+from gateway.graphs.plan import GraphPlan
+from gateway.graphs.run import StepFailed, StepRunner, run_graph
 
 __all__ = [
     "GRAPH_ID",

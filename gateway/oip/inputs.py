@@ -1,93 +1,35 @@
-"""Open Inference Protocol tensors as a block's Cog JSON, and its JSON answer as tensors.
+"""Open Inference Protocol input tensors as a block's Cog JSON.
 
-Input: each tensor is the input field of its name. A BYTES element is a UTF-8 string, or the
-JSON document it holds when the tensor's ``content_type`` parameter (else the request's) is
+Each tensor is the input field of its name. A BYTES element is a UTF-8 string, or the JSON
+document it holds when the tensor's ``content_type`` parameter (else the request's) is
 ``json``. A tensor of shape ``[1]`` or ``[]`` is its one element; any other shape gives nested
 lists (``[2, 3]``: two lists of three). Elements come from ``contents`` or, for every tensor of
 the request at once, ``raw_input_contents`` (little-endian; a BYTES element as a 4-byte
 little-endian length and its bytes). A tensor that does not hold what its datatype and shape
-say is ``INVALID_ARGUMENT`` naming it.
-
-Output: an object answer is one tensor per key, any other value one tensor named ``output``.
-A string is BYTES, an int INT64, a float FP64, a bool BOOL, each of shape ``[1]``; a
-rectangular, non-empty list of one such kind (ints and floats together: FP64) is a tensor of
-its shape; anything else (an object, a mixed or empty list, null) is a BYTES tensor of shape
-``[1]`` holding its JSON, with parameter ``content_type: "json"``.
+say is ``INVALID_ARGUMENT`` naming it. (:mod:`gateway.oip.outputs` writes the answer.)
 """
 
 from __future__ import annotations
 
-import json
 import math
 import struct
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from core.nesting import TooDeep, parse_json
 from gateway.errors import InvalidArgument
-from gateway.proto.grpc_service_pb2 import (
-    InferParameter,
-    InferTensorContents,
-    ModelInferRequest,
-    ModelInferResponse,
-)
+from gateway.oip.datatypes import CONTENT_TYPE, DATATYPES, Datatype, parameter
+from gateway.proto.grpc_service_pb2 import InferTensorContents, ModelInferRequest
 
 InputTensor = ModelInferRequest.InferInputTensor
-OutputTensor = ModelInferResponse.InferOutputTensor
 
-#: The output tensor of an answer that is not an object.
-OUTPUT = "output"
-CONTENT_TYPE = "content_type"
 JSON_TYPES = frozenset({"json", "application/json"})
 TEXT_TYPES = frozenset({"", "str", "string", "text", "text/plain"})
 #: Most dimensions a tensor may have.
 MAX_RANK = 32
 #: Most lists an empty tensor's shape may ask for (``[n, 0]`` is ``n`` empty lists).
 MAX_EMPTY_LISTS = 1 << 16
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-@dataclass(frozen=True, slots=True)
-class _Datatype:
-    #: ``struct`` code of one element (None: BYTES and BF16, read by hand).
-    code: str | None
-    size: int
-    #: The ``InferTensorContents`` field of its elements (None: raw contents only).
-    contents: str | None
-    #: Smallest and largest value of an integer type given in ``contents``.
-    bounds: tuple[int, int] | None = None
-
-
-DATATYPES: dict[str, _Datatype] = {
-    "BOOL": _Datatype("?", 1, "bool_contents"),
-    "UINT8": _Datatype("B", 1, "uint_contents", (0, 0xFF)),
-    "UINT16": _Datatype("H", 2, "uint_contents", (0, 0xFFFF)),
-    "UINT32": _Datatype("I", 4, "uint_contents"),
-    "UINT64": _Datatype("Q", 8, "uint64_contents"),
-    "INT8": _Datatype("b", 1, "int_contents", (-0x80, 0x7F)),
-    "INT16": _Datatype("h", 2, "int_contents", (-0x8000, 0x7FFF)),
-    "INT32": _Datatype("i", 4, "int_contents"),
-    "INT64": _Datatype("q", 8, "int64_contents"),
-    "FP16": _Datatype("e", 2, None),
-    "BF16": _Datatype(None, 2, None),
-    "FP32": _Datatype("f", 4, "fp32_contents"),
-    "FP64": _Datatype("d", 8, "fp64_contents"),
-    "BYTES": _Datatype(None, 0, "bytes_contents"),
-}
 _CONTENTS_FIELDS = tuple(sorted({d.contents for d in DATATYPES.values() if d.contents}))
-
-
-def parameter(parameters: Mapping[str, InferParameter], key: str) -> Any:
-    """The value of parameter ``key`` (bool, int, str or float); None when absent or unset."""
-    found = parameters.get(key)
-    if found is None:
-        return None
-    which = found.WhichOneof("parameter_choice")
-    return getattr(found, which) if which is not None else None
-
-
-# Input ------------------------------------------------------------------------------------
 
 
 def decode_inputs(request: ModelInferRequest) -> dict[str, Any]:
@@ -158,7 +100,7 @@ def element_count(shape: Sequence[int], where: str) -> int:
     return count
 
 
-def _from_raw(name: str, datatype: _Datatype, raw: bytes, count: int, where: str) -> list[Any]:
+def _from_raw(name: str, datatype: Datatype, raw: bytes, count: int, where: str) -> list[Any]:
     if name == "BYTES":
         return _split_bytes(raw, count, where)
     expected = count * datatype.size
@@ -193,7 +135,7 @@ def _split_bytes(raw: bytes, count: int, where: str) -> list[bytes]:
 
 
 def _from_contents(
-    name: str, datatype: _Datatype, contents: InferTensorContents, count: int, where: str
+    name: str, datatype: Datatype, contents: InferTensorContents, count: int, where: str
 ) -> list[Any]:
     if datatype.contents is None:
         raise InvalidArgument(f"{name} is sent in raw_input_contents only", where)
@@ -247,109 +189,3 @@ def _nest(elements: list[Any], shape: Sequence[int]) -> Any:
         return [_nest([], inner) for _ in range(shape[0])]
     step = len(elements) // shape[0]
     return [_nest(elements[i : i + step], shape[1:]) for i in range(0, len(elements), step)]
-
-
-# Output -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Tensor:
-    """An output tensor before it is encoded: its elements flattened in row-major order."""
-
-    name: str
-    datatype: str
-    shape: list[int]
-    elements: list[Any]
-    #: String parameters of the tensor (``content_type``).
-    parameters: dict[str, str] = field(default_factory=dict)
-
-
-def output_tensors(value: Any) -> list[Tensor]:
-    """An answer as tensors: one per key of an object, else one named ``output``."""
-    if isinstance(value, dict):
-        return [tensor_of(str(key), item) for key, item in value.items()]
-    return [tensor_of(OUTPUT, value)]
-
-
-def tensor_of(name: str, value: Any) -> Tensor:
-    kind = _scalar_kind(value)
-    if kind is not None:
-        return Tensor(name, kind, [1], [value])
-    if isinstance(value, list):
-        shaped = _shaped(value)
-        if shaped is not None:
-            shape, elements = shaped
-            kinds = {_scalar_kind(e) for e in elements}
-            if kinds == {"INT64", "FP64"}:
-                return Tensor(name, "FP64", shape, [float(e) for e in elements])
-            (only,) = kinds if len(kinds) == 1 else (None,)
-            if only is not None:
-                return Tensor(name, only, shape, elements)
-    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-    return Tensor(name, "BYTES", [1], [text], {CONTENT_TYPE: "json"})
-
-
-def _scalar_kind(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "BOOL"
-    if isinstance(value, int):
-        return "INT64" if _INT64[0] <= value <= _INT64[1] else None
-    if isinstance(value, float):
-        return "FP64"
-    if isinstance(value, str):
-        return "BYTES"
-    return None
-
-
-def _shaped(value: list[Any]) -> tuple[list[int], list[Any]] | None:
-    """A rectangular, non-empty nest of lists: its shape and its elements; else None."""
-    if not value:
-        return None
-    if not any(isinstance(item, list) for item in value):
-        return [len(value)], list(value)
-    if not all(isinstance(item, list) for item in value):
-        return None
-    inner = [_shaped(item) for item in value]
-    first = inner[0]
-    if first is None or any(other is None or other[0] != first[0] for other in inner):
-        return None
-    elements = [e for part in inner if part is not None for e in part[1]]
-    return [len(value), *first[0]], elements
-
-
-def encode_outputs(
-    tensors: Iterable[Tensor], response: ModelInferResponse, raw: bool
-) -> ModelInferResponse:
-    """Add ``tensors`` to ``response``, in ``raw_output_contents`` or in each ``contents``."""
-    for tensor in tensors:
-        out = response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=tensor.shape)
-        for key, text in tensor.parameters.items():
-            out.parameters[key].string_param = text
-        if raw:
-            response.raw_output_contents.append(_raw(tensor))
-        else:
-            _contents(tensor, out.contents)
-    return response
-
-
-def _element_bytes(element: str | bytes) -> bytes:
-    """A BYTES element: a string as UTF-8, bytes as they are."""
-    return element.encode("utf-8", "surrogatepass") if isinstance(element, str) else element
-
-
-def _raw(tensor: Tensor) -> bytes:
-    count = len(tensor.elements)
-    if tensor.datatype == "BYTES":
-        encoded = [_element_bytes(e) for e in tensor.elements]
-        return b"".join(struct.pack("<I", len(e)) + e for e in encoded)
-    code = DATATYPES[tensor.datatype].code
-    return struct.pack(f"<{count}{code}", *tensor.elements)
-
-
-def _contents(tensor: Tensor, contents: InferTensorContents) -> None:
-    if tensor.datatype == "BYTES":
-        contents.bytes_contents.extend(_element_bytes(e) for e in tensor.elements)
-        return
-    target = DATATYPES[tensor.datatype].contents
-    assert target is not None
-    getattr(contents, target).extend(tensor.elements)

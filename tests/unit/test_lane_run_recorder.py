@@ -8,12 +8,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
-from lane.record import SyncRecorder
+from lane.run_recorder import SyncRecorder
 from protocol.capabilities import UNKNOWN_HARDWARE
 from protocol.timings import RunnerTimes
 from tests.fixtures.waiting import until
-from tracker.batch_writes import SyncRun
 from tracker.states import Status
+from tracker.sync_runs import SyncRun
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
