@@ -34,7 +34,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from blocks.mongo.filters import Column, MongoError, compile_filter
+from blocks.mongo.common import Column, MongoError
+from blocks.mongo.filters import compile_filter
 from blocks.mongo.updates import Change, update_select
 from tracker.db import autocommit
 from tracker.render import iso

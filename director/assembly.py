@@ -114,7 +114,6 @@ def build_director(
         intake,
         attempts.free,
         int(settings.visibility_timeout * 1000),
-        legacy=functools.partial(_legacy_backlog, drivers, queue, settings.drain_shards),
         metrics=metrics,
     )
     targets = [target for d in deployments for target in d.targets]
@@ -199,13 +198,3 @@ def _read_order(
         settings.aging_bound,
         metrics,
     )
-
-
-async def _legacy_backlog(
-    drivers: DeploymentDrivers, queue: Queue, shards: int | None
-) -> list[str]:
-    """The served deployments' untagged streams that hold entries now."""
-    found: list[str] = []
-    for driver in drivers:
-        found += await driver.deployment.legacy_backlog(queue, shards)
-    return found

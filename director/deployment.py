@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from sqlalchemy import and_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from catalog.lookups import deployment_withdrawn
-from director.queue import Queue
 from tracker.keys import Target
 from tracker.priority import Priority
 from tracker.tables import Deployment, Model, Version
@@ -27,8 +26,6 @@ class ServedDeployment:
     max_attempts: int = 1
     #: ``X-Priority`` for predictions that do not carry their own.
     priority: str = Priority.NORMAL
-    #: Streams under the untagged names of earlier releases that still held entries at start.
-    legacy: tuple[str, ...] = ()
     #: ``training``: it runs the trainings of its version, not the deployment's predictions.
     job_kind: str = "prediction"
 
@@ -50,7 +47,7 @@ class ServedDeployment:
 
     def draining(self, old_shards: int | None, extra: list[str]) -> list[str]:
         """Streams of an earlier layout still to be read until empty (no-downtime changes):
-        the old shard count's, ``extra``, and the untagged ones found at start."""
+        the old shard count's, and ``extra``."""
         current = set(self.streams())
         old = []
         if old_shards:
@@ -59,34 +56,15 @@ class ServedDeployment:
                 for target in self.targets
                 for stream in Target(target.kind, target.key, old_shards).all_streams()
             ]
-        wanted = old + [*self.legacy] + extra
+        wanted = old + extra
         return [s for s in dict.fromkeys(wanted) if s and s not in current]
-
-    def legacy_candidates(self, old_shards: int | None = None) -> list[str]:
-        """Every untagged stream name this deployment's entries may wait in."""
-        shards = max(self.shards, self.version_shards, old_shards or 0)
-        return [
-            stream
-            for target in self.targets
-            for stream in Target(target.kind, target.key, shards).legacy_streams()
-        ]
-
-    async def legacy_backlog(self, queue: Queue, old_shards: int | None = None) -> list[str]:
-        """The untagged streams that hold entries now (one pipelined round trip). Empty ones
-        are left alone: reading one would create it."""
-        return await queue.with_entries(self.legacy_candidates(old_shards))
 
 
 async def load_deployment(
-    engine: AsyncEngine,
-    name: str,
-    queue: Queue | None = None,
-    old_shards: int | None = None,
-    version: str | None = None,
+    engine: AsyncEngine, name: str, version: str | None = None
 ) -> ServedDeployment:
-    """The deployment's settings; with ``queue``, also its untagged streams holding entries.
-    ``version``: the one served (a version of the deployment's model), when not the one the
-    deployment runs now."""
+    """The deployment's settings. ``version``: the one served (a version of the deployment's
+    model), when not the one the deployment runs now."""
     owner, _, short = name.partition("/")
     served = Version.id == (version if version is not None else Deployment.version_id)
     query = (
@@ -107,10 +85,7 @@ async def load_deployment(
         if version is not None:
             raise LookupError(f"deployment {name} does not exist or has no version {version}")
         raise LookupError(f"deployment {name} does not exist")
-    info = ServedDeployment(name, *row)
-    if queue is None:
-        return info
-    return replace(info, legacy=tuple(await info.legacy_backlog(queue, old_shards)))
+    return ServedDeployment(name, *row)
 
 
 async def current_versions(engine: AsyncEngine, names: list[str]) -> dict[str, str | None]:

@@ -98,15 +98,6 @@ class Intake:
     def is_draining(self, stream: str) -> bool:
         return stream in self.draining
 
-    async def adopt(self, streams: Sequence[str]) -> None:
-        """Read ``streams`` too, until drained: untagged streams that an api of an earlier
-        release still fills while a rolling upgrade is under way."""
-        new = [stream for stream in streams if stream not in self.streams]
-        if new:
-            await self.queue.ensure_groups(new)
-            self.draining.extend(new)
-            log.info("reading %s until drained", ", ".join(new))
-
     def retire(self, stream: str) -> None:
         self.draining.remove(stream)
         log.info("stream %s drained; no longer read", stream)

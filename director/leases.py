@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import orjson
@@ -153,8 +153,6 @@ class EntrySource(Protocol):
 
     def retire(self, stream: str) -> None: ...
 
-    async def adopt(self, streams: Sequence[str]) -> None: ...
-
     def offer(self, entries: Sequence[Entry]) -> None: ...
 
 
@@ -165,19 +163,15 @@ class Takeover:
         intake: EntrySource,
         free: Callable[[], int],
         idle_ms: int,
-        legacy: Callable[[], Awaitable[list[str]]],
         metrics: DirectorMetrics,
     ) -> None:
-        """``legacy()``: the deployment's untagged streams that hold entries now."""
         self.reclaimer = reclaimer
         self.intake = intake
         self.free = free
         self.idle_ms = idle_ms
-        self.legacy = legacy
         self.metrics = metrics
 
     async def claim(self) -> None:
-        await self.intake.adopt(await self.legacy())
         for stream in self.intake.streams:
             free = self.free()
             if free <= 0:

@@ -1,5 +1,6 @@
-"""How an attempt ends: the :class:`Outcome` its handling and execution decide, which one
-place writes (``AttemptHandler._end``); and what a run's success may still be refused for, a
+"""How an attempt ends: the :class:`Outcome` its handling and execution decide, which
+:func:`record` writes, called from one place (``AttemptHandler._end``, which also acknowledges
+the entry); and what a run's success may still be refused for, a
 hook between the runner's succeeded snapshot and that write (a training's: its weights kept,
 its new version made)."""
 
@@ -31,7 +32,7 @@ class Outcome:
 
 async def record(tracker: AttemptTracker, decided: Outcome) -> RowMapping | None:
     """Write the attempt's terminal state: the row, or None when another attempt or a cancel
-    got there first. The one place an attempt's end is written."""
+    got there first. The only call of ``tracker.finish`` in the director."""
     return await tracker.finish(
         decided.status,
         output=decided.output,

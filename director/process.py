@@ -29,7 +29,6 @@ from director.metrics import DirectorMetrics
 from director.outbound import Outbound
 from director.output_files import OutputStore
 from director.probes import Probes
-from director.queue import Queue
 from director.queue import connect as connect_redis
 from director.receiver import Receiver
 from director.settings import DirectorSettings, Route
@@ -37,7 +36,8 @@ from director.trainings import TrainingResults
 from files.links import FileLinks
 from files.service import Files
 from files.settings import FileSettings
-from protocol.client import RunnerClient, without_resends
+from protocol.client import RunnerClient
+from protocol.session import without_resends
 from tracker.batch_writes import StateWrites
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
@@ -138,9 +138,7 @@ async def serve(settings: DirectorSettings) -> None:
         served: list[Serving] = []
         for route in routes:
             try:
-                deployment = await load_deployment(
-                    engine, route.deployment, Queue(redis), settings.drain_shards, settings.version
-                )
+                deployment = await load_deployment(engine, route.deployment, settings.version)
             except LookupError as error:
                 raise SystemExit(_no_deployment(settings, error)) from None
             deployment = replace(deployment, job_kind=settings.job_kind)

@@ -125,7 +125,7 @@ class Queue:
         for streams, prediction_id, account in items:
             # A target's shards (hash-tagged) have a moves hash; other streams have none.
             parsed = keys.parse_input_stream(streams[0])
-            if parsed is None or parsed.legacy:
+            if parsed is None:
                 names += [streams[0], *streams]
                 args += [prediction_id, len(streams), ""]
             else:
@@ -225,10 +225,6 @@ class Queue:
                 age = max(0, now - _entry_key(oldest_id)[0]) if oldest_id else None
                 found[stream] = Backlog(stream, max(0, int(waiting)), age)
         return [found[stream] for stream in streams]
-
-    async def with_entries(self, streams: Sequence[str]) -> list[str]:
-        """Those of ``streams`` that hold entries, or pending ones; missing ones do not."""
-        return [s.stream for s in await self.stats(streams) if s.length or s.pending]
 
     async def delivery_counts(
         self, stream: str, consumer: str | None = None, ids: Sequence[str] = ()

@@ -119,8 +119,6 @@ class DirectorSettings(BaseSettings):
     #: Consecutive failed health checks after which a runner counts as gone.
     runner_check_failures: int = 3
     #: Shard count the deployment had before a change: those streams are read until drained.
-    #: (Streams under the untagged names of earlier releases are found at start and read
-    #: until drained as well.)
     drain_shards: int | None = None
     #: Extra stream keys to read until drained (comma-separated), e.g. after a rename.
     drain_streams: str = ""

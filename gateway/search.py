@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from blocks.mongo.filters import MongoError
+from blocks.mongo.common import MongoError
 from gateway.errors import InvalidArgument, NotFound
 from gateway.ranking import Candidate, Policies, RankingContext, UnknownPolicy
 

@@ -20,9 +20,10 @@ from typing import Any, Final
 
 from lane.events import Outcome
 from protocol.answers import Verdict
-from protocol.client import RunAnswer, RunnerClient
+from protocol.client import RunnerClient
 from protocol.documents import PredictionResponse
 from protocol.feed import SnapshotFeed
+from protocol.outcomes import RunAnswer
 from protocol.timings import RunnerTiming
 from protocol.values import RunnerStatus
 

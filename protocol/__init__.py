@@ -8,8 +8,9 @@ type, header name or wire value of the contract anywhere else. Its modules:
 :mod:`~protocol.documents` (Cog's bodies and the control API's documents),
 :mod:`~protocol.lifecycle` (the control API's lifecycle calls), :mod:`~protocol.timings` (what
 a runner says about a run's time), :mod:`~protocol.answers` (the one table that reads a
-runner's answer), and the one client every caller uses (:mod:`~protocol.client`, its
-exceptions in :mod:`~protocol.errors`).
+runner's answer), and the one client every caller uses (:mod:`~protocol.client`, over
+:mod:`~protocol.session`, its watching reads in :mod:`~protocol.probes`, what its calls return
+in :mod:`~protocol.outcomes`, its exceptions in :mod:`~protocol.errors`).
 
 It describes what coglet 0.23.1 sends and accepts (see the reference notes): a runner's webhook
 and terminal payloads carry only ``id``, ``status``, ``logs``, ``output``, ``error`` and

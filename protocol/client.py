@@ -7,12 +7,9 @@ calls runners with :meth:`~RunnerClient.run`. Every answer is read by the one ta
 :func:`protocol.answers.read`: a start raises what :mod:`protocol.errors` says for a verdict
 other than ``accepted``; a synchronous call returns its :class:`RunAnswer`, verdict and all.
 
-aiohttp rather than httpx on this path: with many requests in flight httpx 0.28 was measured
-an order of magnitude slower (see the design notes), and the director talks to its runner for
-every prediction.
-
-With a runner token (``CONDUIT_RUNNER_TOKEN``), every call carries it as ``Authorization:
-Bearer``; a stock Cog server ignores the header.
+The session under every call, and the runner token each carries, are
+:mod:`protocol.session`'s; the watching reads, :mod:`protocol.probes`'; what the calls return,
+:mod:`protocol.outcomes`'.
 
 Each start carries the time the prediction has left (``X-Conduit-Deadline``), which a model pool
 host holds its queue, load and run to; a single Conduit runner and a stock Cog server do not
@@ -23,18 +20,14 @@ read it. A pool answers how long it held the start (``X-Conduit-Load-Time``,
 from __future__ import annotations
 
 import asyncio
-import logging
-from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import orjson
-import pydantic
 
 from core.unreachable import UNREACHABLE
-from protocol.answers import Reading, Verdict, read, unreachable
-from protocol.capabilities import STOCK_COG, Capabilities
-from protocol.documents import HealthCheck, PredictionRequest, PredictionResponse
+from protocol.answers import Verdict, read, unreachable
+from protocol.documents import PredictionRequest
 from protocol.errors import NoAnswer, NotRunning, RunnerError, error_for
 from protocol.feed import SnapshotFeed
 from protocol.headers import (
@@ -51,21 +44,21 @@ from protocol.headers import (
     PRIORITY,
     RESPOND_ASYNC,
     TENANT_ID,
-    bearer,
 )
+from protocol.outcomes import Accepted, RunAnswer, finished
 from protocol.paths import (
     CANCEL_PATH,
-    CAPABILITIES_PATH,
-    HEALTH_CHECK_PATH,
     PREDICTION_PATH,
     PREDICTIONS_PATH,
     TRAINING_CANCEL_PATH,
     TRAINING_PATH,
 )
+from protocol.probes import RunnerProbes
 from protocol.timings import RunnerTimes, RunnerTiming
 from protocol.values import Priority
 
-log = logging.getLogger(__name__)
+__all__ = ["START_ANSWER_TIMEOUT", "RunnerClient"]
+
 #: A snapshot stream lasts as long as its prediction: only connecting is bounded here.
 _STREAM_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
 #: How long a start may take to be answered (accepted, refused, or its stream begun).
@@ -73,51 +66,12 @@ START_ANSWER_TIMEOUT = 30.0
 #: A synchronous call lasts as long as its model takes (its caller ends it when its own client
 #: leaves): only connecting is bounded.
 _RUN_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=5, sock_read=None)
-_HINT = "give the caller the runner's CONDUIT_RUNNER_TOKEN"
 
 
-@dataclass(frozen=True, slots=True)
-class Accepted:
-    """A start the runner took."""
+class RunnerClient(RunnerProbes):
+    """Cog's protocol, caller side, to one runner: starts, attaches, synchronous calls and
+    cancels; the health and capability reads are :class:`~protocol.probes.RunnerProbes`'."""
 
-    feed: SnapshotFeed | None
-    """Its snapshot stream (a Conduit runner's); None: its webhooks say what happens."""
-    times: RunnerTimes
-    """What a model pool host held it for before passing it on (``load_time``, and its
-    ``queue_wait_time``); empty from any other runner."""
-
-
-@dataclass(frozen=True, slots=True)
-class RunAnswer:
-    """How a synchronous call went. ``accepted``: ``prediction`` is the finished one, or
-    ``feed`` yields its snapshots (until the runner ends the response)."""
-
-    reading: Reading
-    prediction: PredictionResponse | None = None
-    feed: SnapshotFeed | None = None
-    timing: RunnerTiming = field(default_factory=RunnerTiming)
-    text: str = ""
-    """The answer's body when it was not accepted."""
-
-    @property
-    def verdict(self) -> Verdict:
-        return self.reading.verdict
-
-
-def without_resends(session: aiohttp.ClientSession) -> aiohttp.ClientSession:
-    """``session``, told never to send a request a second time on its own.
-
-    aiohttp sends an idempotent request (a start is a ``PUT``) once more when its connection
-    breaks off before the answer. To a runner that died running the prediction and came back,
-    that second ``PUT`` is a second run under the same claim; whether to start again is the
-    director's decision (:class:`protocol.errors.NoAnswer`). aiohttp has no public switch: its
-    own test client turns the same attribute off.
-    """
-    session._retry_connection = False
-    return session
-
-
-class RunnerClient:
     def __init__(
         self,
         base_url: str,
@@ -128,12 +82,9 @@ class RunnerClient:
     ) -> None:
         """``trainings``: start and cancel on Cog's ``/trainings`` endpoints (a trainer)
         rather than ``/predictions``; the protocol is the same."""
-        self.base_url = base_url.rstrip("/")
-        self.session = session
+        super().__init__(base_url, session, token)
         self._one_path = TRAINING_PATH if trainings else PREDICTION_PATH
         self._cancel_path = TRAINING_CANCEL_PATH if trainings else CANCEL_PATH
-        #: Headers on every call: the runner token, when there is one.
-        self.auth: dict[str, str] = bearer(token) if token else {}
 
     async def start(
         self,
@@ -287,7 +238,7 @@ class RunnerClient:
         reading = read(response.status, response.headers, text)
         if reading.verdict is not Verdict.ACCEPTED:
             return RunAnswer(reading, timing=timing, text=text)
-        return _finished(reading, text, timing)
+        return finished(reading, text, timing)
 
     async def cancel(self, prediction_id: str) -> bool:
         """True when the runner knew the prediction (200); False for 404."""
@@ -301,87 +252,3 @@ class RunnerClient:
         if reading.verdict is Verdict.UNAUTHORIZED:
             raise error_for(reading, text)
         return response.status == 200
-
-    async def health_check(self) -> HealthCheck | None:
-        """The runner's ``/health-check`` document; None when it cannot be had."""
-        try:
-            async with self.session.get(
-                f"{self.base_url}{HEALTH_CHECK_PATH}",
-                headers=self.auth,
-                timeout=aiohttp.ClientTimeout(total=5),
-                allow_redirects=False,
-            ) as response:
-                if response.status != 200:
-                    return None
-                return HealthCheck.model_validate(await response.json())
-        except (*UNREACHABLE, ValueError):
-            return None
-
-    async def capabilities(self) -> Capabilities | None:
-        """``GET /v1/capabilities``. ``STOCK_COG`` when the runner has no such route (404) or
-        answers something unreadable; None when it cannot say yet (starting, unreachable)."""
-        read = await self._read_capabilities()
-        if read is None:
-            return None
-        status, body = read
-        if status == 200:
-            try:
-                return Capabilities.from_json(body)
-            except ValueError:
-                return STOCK_COG
-        if status in (404, 405):
-            return STOCK_COG
-        if status in (401, 403):
-            log.warning("runner refused to say what it is (%d): %s", status, _HINT)
-        return None
-
-    async def capabilities_document(self) -> dict[str, Any] | None:
-        """The capability document as the runner sent it (a pool host's lists its slots);
-        None when it sent none."""
-        read = await self._read_capabilities()
-        if read is None or read[0] != 200 or not isinstance(read[1], dict):
-            return None
-        return read[1]
-
-    async def _read_capabilities(self) -> tuple[int, Any] | None:
-        """The status and JSON body of ``GET /v1/capabilities`` (``_UNREADABLE`` for a body
-        that is not JSON); None when the runner cannot be reached."""
-        try:
-            async with self.session.get(
-                f"{self.base_url}{CAPABILITIES_PATH}",
-                headers=self.auth,
-                timeout=aiohttp.ClientTimeout(total=5),
-                allow_redirects=False,
-            ) as response:
-                if response.status != 200:
-                    await response.read()
-                    return response.status, None
-                try:
-                    return 200, await response.json(content_type=None)
-                except ValueError:
-                    return 200, _UNREADABLE
-        except UNREACHABLE as error:
-            log.debug("capabilities not read: %r", error)
-            return None
-
-
-#: A capability answer whose body is not JSON.
-_UNREADABLE: Any = object()
-
-
-def _finished(reading: Reading, text: str, timing: RunnerTiming) -> RunAnswer:
-    """A synchronous call's accepted answer: the finished prediction, or ``broken`` when the
-    body is not one."""
-    try:
-        prediction = PredictionResponse.model_validate_json(text)
-    except pydantic.ValidationError as error:
-        detail = f"unreadable answer from the runner: {error}"
-        return RunAnswer(_broken(reading, detail), timing=timing, text=text)
-    if not prediction.status.is_terminal:
-        detail = f"the runner answered {prediction.status.value}"
-        return RunAnswer(_broken(reading, detail), timing=timing, text=text)
-    return RunAnswer(reading, prediction=prediction, timing=timing)
-
-
-def _broken(reading: Reading, detail: str) -> Reading:
-    return Reading(Verdict.BROKEN, reading.status, detail=detail)

@@ -11,8 +11,7 @@ per tag, a bounded number, where per-prediction tags would need one per predicti
 
 ====================================  ===========================================================
 ``input:prediction:{dp-o/n}:3``       shard 3 of deployment ``o/n``'s input stream (``vp-<id>``
-                                      for a version); ``input:prediction:dp-o/n:3`` is the older
-                                      untagged form, still read until drained
+                                      for a version)
 ``dead:{dp-o/n}:3``                   dead letters of that shard (same tag as its stream)
 ``events:prediction:{<id>}``          a prediction's event stream (SSE, ``Prefer: wait``); in a
                                       Redis Cluster ``events:prediction:{ev<n>-<salt>}:<id>``
@@ -82,53 +81,34 @@ def input_stream(kind: str, key: str, shard: int) -> str:
     return f"{INPUT_PREFIX}{{{deployable(kind, key)}}}:{shard}"
 
 
-def legacy_input_stream(kind: str, key: str, shard: int) -> str:
-    """The untagged name streams had before keys carried hash tags (read until drained)."""
-    return f"{INPUT_PREFIX}{deployable(kind, key)}:{shard}"
-
-
 @dataclass(frozen=True, slots=True)
 class StreamName:
-    """What an input stream's name says: whose shard it is, and in which naming."""
+    """What an input stream's name says: whose shard it is."""
 
     kind: str  # "dp", "vp", ...
     key: str  # deployment "owner/name" or version id
     shard: int
-    #: Named the old, untagged way.
-    legacy: bool = False
 
     @property
     def deployable(self) -> str:
         return deployable(self.kind, self.key)
 
-    @property
-    def current(self) -> str:
-        """This shard's stream under today's naming."""
-        return input_stream(self.kind, self.key, self.shard)
-
 
 def parse_input_stream(name: str) -> StreamName | None:
-    """``input:prediction:{dp-o/n}:3`` or the legacy ``input:prediction:dp-o/n:3``; None for
-    anything else."""
-    if not name.startswith(INPUT_PREFIX):
+    """``input:prediction:{dp-o/n}:3``; None for anything else."""
+    if not name.startswith(INPUT_PREFIX + "{"):
         return None
-    rest = name[len(INPUT_PREFIX) :]
-    legacy = not rest.startswith("{")
-    if legacy:
-        named, _, shard = rest.rpartition(":")
-    else:
-        named, closing, shard = rest[1:].rpartition("}:")
-        if not closing:
-            return None
+    named, closing, shard = name[len(INPUT_PREFIX) + 1 :].rpartition("}:")
+    if not closing:
+        return None
     kind, dash, key = named.partition("-")
     if not dash or not key or not shard.isdigit():
         return None
-    return StreamName(kind, key, int(shard), legacy)
+    return StreamName(kind, key, int(shard))
 
 
 def dead_letter_stream(stream: str) -> str:
-    """Where entries of ``stream`` that kept failing go: beside it, under the same tag. (A
-    legacy stream's dead letters go with those of its current name.)"""
+    """Where entries of ``stream`` that kept failing go: beside it, under the same tag."""
     parsed = parse_input_stream(stream)
     if parsed is None:
         return f"{DEAD_PREFIX}{stream}"
@@ -256,15 +236,11 @@ class Target:
     def all_streams(self) -> list[str]:
         return [self.stream(shard) for shard in range(self.shards)]
 
-    def legacy_streams(self) -> list[str]:
-        """Its shards under the untagged names streams had before (read until drained)."""
-        return [legacy_input_stream(self.kind, self.key, s) for s in range(self.shards)]
-
     def streams_for(self, account_id: int) -> list[str]:
         return [self.stream(s) for s in account_shards(account_id, self.name, self.shards)]
 
     def owns(self, stream: str) -> bool:
-        """Whether ``stream`` is one of this target's shards, under any naming or shard count."""
+        """Whether ``stream`` is one of this target's shards, under any shard count."""
         parsed = parse_input_stream(stream)
         return parsed is not None and (parsed.kind, parsed.key) == (self.kind, self.key)
 

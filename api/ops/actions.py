@@ -5,7 +5,7 @@ filter matches; discard dead letters; retry or give up a webhook. Every action l
 A retry is a new prediction made by Postgres from the old row in one statement (``INSERT …
 SELECT``): the input is the stored JSON itself, byte for byte, never a re-encoding; the new row
 names the old one (``retry_of``), and the old one's page lists its retries. Committed first,
-then queued, as every create (``director.submit``): a Redis failure leaves it to the reconciler.
+then queued, as every create (``front.durable``): a Redis failure leaves it to the reconciler.
 
 A bulk action runs in batches of ``BATCH`` from its ``ops_actions`` row: each batch's retries
 (or cancels) and the row's progress (``done``, keyset ``cursor``) commit together, so one cut

@@ -23,7 +23,7 @@ from api.errors import Forbidden, InvalidInput, InvalidRequest, NotFound
 from api.openapi import operation, problems
 from api.responses import FastJSONResponse
 from blocks import inference_servers
-from blocks.mongo.filters import MongoError
+from blocks.mongo.common import MongoError
 from blocks.mongo.updates import parse_update
 from catalog.records import AccountInfo
 from core.nesting import TooDeep, check_depth

@@ -1,7 +1,20 @@
-"""MongoDB update documents (``$set`` with dotted paths, ``$unset``, ``$inc``, ``$push`` with
-``$each``, ``$addToSet``, ``$pull``) for the registry: parsed and checked
-(:func:`parse_update`), then compiled to one SQL expression over the stored JSONB document
-(:func:`update_select`). Filters, and what both share, are :mod:`blocks.mongo.filters`'s."""
+"""MongoDB update documents for the registry: parsed and checked (:func:`parse_update`), then
+compiled to one SQL expression over the stored JSONB document (:func:`update_select`).
+
+The operators: ``$set`` (dotted paths, creating missing documents on the way), ``$unset``,
+``$inc``, ``$push`` and ``$addToSet`` (a value or ``{"$each": [...]}``), ``$pull`` (a value, or
+a condition of the filters' comparison operators, :mod:`blocks.mongo.filter_ast`). Each
+operator is one step of a chain of ``CROSS JOIN LATERAL`` subqueries, each a ``jsonb_set`` /
+``#-`` / ``||`` expression over the previous step's document, so that the whole update is one
+expression of the row evaluated in one statement (the caller's ``UPDATE`` locks the row). A
+step that meets a value it cannot apply to (``$inc`` of a string, ``$push`` to a non-list, a
+path through a string) yields NULL; the select reports the first such step, whose location the
+caller answers with, and stores nothing. A document that cannot be translated (an unknown
+operator, a value of the wrong kind, two updates of one path) is refused with
+:class:`~blocks.mongo.common.MongoError`, naming where it is. Differences from MongoDB: an index
+past the end of a list in ``$set`` appends rather than pads with nulls; positional paths
+(``a.$``, ``a.$[]``) and the other update operators are refused.
+"""
 
 from __future__ import annotations
 
@@ -10,17 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from blocks.mongo.filters import (
-    _INDEX,
-    FILTER_OPERATORS,
-    UPDATE_OPERATORS,
-    MongoError,
-    Sql,
-    _Binds,
-    _Filter,
-    _split,
-)
+from blocks.mongo.common import INDEX, Binds, MongoError, Sql, split_path
+from blocks.mongo.filter_ast import FILTER_OPERATORS, parse_condition
+from blocks.mongo.filter_sql import compile_condition
 from core.nesting import TooDeep, check_depth
+
+UPDATE_OPERATORS = frozenset({"$set", "$unset", "$inc", "$push", "$addToSet", "$pull"})
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ def parse_update(document: Any, root: str = "update") -> list[Change]:
             raise MongoError(where, f"{operator} takes a non-empty object of paths")
         for path, value in fields.items():
             location = f"{where}.{path}"
-            segments = _split(path, location)
+            segments = split_path(path, location)
             changes.append(
                 Change(operator, segments, _operand(operator, value, location), location)
             )
@@ -123,7 +131,7 @@ def update_select(changes: Sequence[Change], source: str, *, prefix: str = "u") 
     """``SELECT doc, failed``: the document ``source`` (a SQL expression, which may name a
     column of an outer query) with the changes applied, and the 1-based number of the first
     step that could not apply (NULL when all did), whose operator ``locations[failed]`` names."""
-    binds = _Binds(prefix)
+    binds = Binds(prefix)
     steps = [step for change in changes for step in _steps(change, binds)]
     laterals = [f"(SELECT {source} AS d) AS s0"]
     for n, step in enumerate(steps, 1):
@@ -135,7 +143,7 @@ def update_select(changes: Sequence[Change], source: str, *, prefix: str = "u") 
     return Sql(text, binds.params, locations)
 
 
-def _steps(change: Change, binds: _Binds) -> list[_Step]:
+def _steps(change: Change, binds: Binds) -> list[_Step]:
     path, where = change.path, change.location
     at = f"({{d}} #> {binds.path(path)})"
     parent = f"jsonb_typeof({{d}} #> {binds.path(path[:-1])})"
@@ -150,7 +158,7 @@ def _steps(change: Change, binds: _Binds) -> list[_Step]:
     steps = _parents(path, where, binds)
     if operator == "$set":
         settable = f"{parent} = 'object'"
-        if _INDEX.fullmatch(path[-1]):
+        if INDEX.fullmatch(path[-1]):
             settable += f" OR {parent} = 'array'"
         value = binds.jsonb(change.value)
         steps.append(
@@ -201,7 +209,7 @@ def _append(at: str, creatable: str, target: str, items: str) -> str:
     )
 
 
-def _parents(path: tuple[str, ...], where: str, binds: _Binds) -> list[_Step]:
+def _parents(path: tuple[str, ...], where: str, binds: Binds) -> list[_Step]:
     """Steps that make each document on the way to ``path`` exist: a missing one is created
     (in a document), one that is a document or a list is kept, anything else fails."""
     steps = []
@@ -220,14 +228,10 @@ def _parents(path: tuple[str, ...], where: str, binds: _Binds) -> list[_Step]:
     return steps
 
 
-def _element_matches(element: str, condition: Any, where: str, binds: _Binds) -> str:
+def _element_matches(element: str, condition: Any, where: str, binds: Binds) -> str:
     """Whether a list's element matches ``$pull``'s value or condition."""
     if isinstance(condition, dict) and any(k.startswith("$") for k in condition):
-        compiler = _Filter(element, {}, binds)
-        clauses = [
-            compiler.operator((), key, value, f"{where}.{key}") for key, value in condition.items()
-        ]
-        return "(" + " AND ".join(clauses) + ")"
+        return compile_condition(parse_condition(condition, where), element, binds)
     value = binds.jsonb(condition)
     if isinstance(condition, dict):  # a document matches the elements holding its fields
         return f"(jsonb_typeof({element}) = 'object' AND {element} @> {value})"

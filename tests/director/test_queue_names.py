@@ -14,14 +14,12 @@ def test_stream_names_follow_the_documented_layout() -> None:
     target = Target("dp", "acme/sdxl", 8)
     assert target.name == "dp-acme/sdxl"
     assert target.all_streams() == [deployment_stream("acme/sdxl", s) for s in range(8)]
-    assert target.legacy_streams()[3] == "input:prediction:dp-acme/sdxl:3"
     assert target.reconcile_lock == "lock:reconcile:{dp-acme/sdxl}"
 
 
-def test_a_target_owns_its_shards_under_either_naming() -> None:
+def test_a_target_owns_its_shards_under_any_shard_count() -> None:
     target = Target("dp", "acme/sdxl", 2)
     assert all(target.owns(stream) for stream in target.all_streams())
-    assert all(target.owns(stream) for stream in target.legacy_streams())
     assert target.owns(Target("dp", "acme/sdxl", 16).stream(15))  # another shard count
     assert not target.owns(Target("dp", "acme/sdxl2", 2).stream(0))
     assert not target.owns(Target("vp", "acme/sdxl", 2).stream(0))

@@ -1,6 +1,5 @@
 """Reading shards in turn against the real Redis (one script call per slot); enqueue to the
-shorter of an account's shards; and entries left in streams under the untagged names of earlier
-releases, read and acknowledged beside the current ones until drained."""
+shorter of an account's shards."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import uuid
 
 from redis.asyncio import Redis
 
-from director.deployment import ServedDeployment
 from director.queue import GROUP, Queue
 from tracker import sharding
 from tracker.keys import Target, account_shards, shard_moves_key
@@ -118,38 +116,6 @@ async def test_concurrent_enqueues_each_land_once_on_their_own_targets(redis_url
         assert sorted(ids) == sorted([pid for _, pid in calls] + ["old", "old"])
     finally:
         await client.delete(*pair, *single, *trio)
-        await client.aclose()
-
-
-async def test_entries_in_untagged_streams_are_read_and_acked(redis_url: str) -> None:
-    """An api of an earlier release appended to ``input:prediction:dp-owner/name:<shard>``: the
-    director reads those streams as draining ones until they are empty, and creates none."""
-    client: Redis = Redis.from_url(redis_url)
-    name = f"test/legacy-{uuid.uuid4().hex[:8]}"
-    version_id = uuid.uuid4().hex * 2
-    deployment = ServedDeployment(name, version_id, 2, 2, 60.0)
-    old = Target("dp", name, 2).legacy_streams()
-    queue = Queue(client)
-    try:
-        await client.xadd(old[1], {"id": "before-upgrade"})  # no group yet: no director ran
-        found = await deployment.legacy_backlog(queue)
-        assert found == [old[1]]
-        upgraded = ServedDeployment(name, version_id, 2, 2, 60.0, legacy=tuple(found))
-        draining = upgraded.draining(None, [""])
-        assert draining == [old[1]]
-        streams = upgraded.streams() + draining
-        await queue.ensure_groups(streams)
-        assert not await client.exists(old[0])  # empty legacy streams are left alone
-
-        got, passed = await queue.read_in_turn(streams, "me", 5)
-        assert [(e.stream, e.prediction_id) for e in got] == [(old[1], "before-upgrade")]
-        assert passed == len(streams)
-        await queue.ack(got[0].stream, got[0].id)
-        assert await client.xlen(old[1]) == 0
-        assert (await client.xpending(old[1], GROUP))["pending"] == 0
-        assert await deployment.legacy_backlog(queue) == []  # drained: nothing left to read
-    finally:
-        await client.delete(*old, *deployment.streams())
         await client.aclose()
 
 

@@ -20,8 +20,9 @@ from director.leases import Lease
 from director.metrics import DirectorMetrics
 from director.queue import Entry
 from director.runner_monitor import RunnerMonitor
-from protocol.client import RunnerClient, without_resends
+from protocol.client import RunnerClient
 from protocol.errors import NoAnswer
+from protocol.session import without_resends
 from tests.fixtures.fences import Unfenced
 from tests.fixtures.predictions import inserted_prediction
 from tracker import attempt_writes, store

@@ -22,7 +22,7 @@ from lane.events import Outcome
 from lane.runner_call import Answer, answer_of
 from lane.runner_call import call as lane_call
 from protocol.answers import Refusal, Verdict, read
-from protocol.client import RunAnswer, RunnerClient
+from protocol.client import RunnerClient
 from protocol.errors import (
     CannotServe,
     InputRejected,
@@ -31,6 +31,7 @@ from protocol.errors import (
     RunnerRefused,
     error_for,
 )
+from protocol.outcomes import RunAnswer
 from runners.errors import (
     AtCapacityError,
     BackendUnreachableError,

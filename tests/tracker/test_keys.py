@@ -31,19 +31,13 @@ def test_per_prediction_and_process_keys() -> None:
     ("name", "parsed"),
     [
         ("input:prediction:{dp-acme/sdxl}:3", StreamName("dp", "acme/sdxl", 3)),
-        ("input:prediction:dp-acme/sdxl:3", StreamName("dp", "acme/sdxl", 3, legacy=True)),
         ("input:prediction:{vp-" + "ab" * 32 + "}:0", StreamName("vp", "ab" * 32, 0)),
-        ("input:prediction:vp-" + "ab" * 32 + ":7", StreamName("vp", "ab" * 32, 7, True)),
         ("input:prediction:{dp-a-b/c-d}:12", StreamName("dp", "a-b/c-d", 12)),
     ],
 )
-def test_stream_names_parse_in_both_namings(name: str, parsed: StreamName) -> None:
+def test_stream_names_parse(name: str, parsed: StreamName) -> None:
     assert keys.parse_input_stream(name) == parsed
-    assert parsed.current == keys.input_stream(parsed.kind, parsed.key, parsed.shard)
-    if parsed.legacy:
-        assert keys.legacy_input_stream(parsed.kind, parsed.key, parsed.shard) == name
-    else:
-        assert parsed.current == name
+    assert keys.input_stream(parsed.kind, parsed.key, parsed.shard) == name
 
 
 @pytest.mark.parametrize(
@@ -56,15 +50,11 @@ def test_stream_names_parse_in_both_namings(name: str, parsed: StreamName) -> No
         "input:prediction:dp-a/b:",
         "input:prediction:nokind:1",
         "input:prediction:{dp-a/b:1",
+        "input:prediction:dp-acme/sdxl:3",  # untagged, as before keys carried hash tags
     ],
 )
 def test_other_names_are_not_input_streams(name: str) -> None:
     assert keys.parse_input_stream(name) is None
-
-
-def test_legacy_dead_letters_join_those_of_the_current_name() -> None:
-    legacy = keys.legacy_input_stream("dp", "acme/sdxl", 3)
-    assert keys.dead_letter_stream(legacy) == "dead:{dp-acme/sdxl}:3"
 
 
 def test_slot_tag_follows_redis_cluster_rules() -> None:

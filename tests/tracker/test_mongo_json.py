@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from blocks.mongo.filters import MongoError, compile_filter
+from blocks.mongo.common import MongoError
+from blocks.mongo.filters import compile_filter
 from blocks.mongo.updates import parse_update, update_select
 
 ROWS: dict[str, dict[str, Any]] = {
