@@ -7,10 +7,10 @@ ones out. Hence, in this order, and before any query:
 
 1. A token this process verified within ``cache_ttl`` is served from memory; a valid token is
    never refused for its address's failures.
-2. An address over its budget of failed authentications (a token bucket, ``20/min`` with a
-   burst of ``20`` by default) is refused with the seconds until it may try again
-   (:class:`TooManyFailures`: the api's 429 ``rate_limited`` with ``Retry-After``, the
-   gateway's ``RESOURCE_EXHAUSTED`` with ``retry-after``).
+2. An address over its budget of failed authentications (``20/min`` with a burst of ``20`` by
+   default: the one limiter's rate, :mod:`tracker.limits.gcra`) is refused with the seconds
+   until it may try again (:class:`TooManyFailures`: the api's 429 ``rate_limited`` with
+   ``Retry-After``, the gateway's ``RESOURCE_EXHAUSTED`` with ``retry-after``).
 3. A token that cannot be one by its shape (not ``r8_`` + 40 URL-safe characters, what
    :func:`core.ids.new_api_token` makes) is refused (:class:`Refused`).
 4. A token refused within ``cache_ttl`` is refused again from a bounded LRU of unknown tokens,
@@ -21,20 +21,22 @@ Failures (2 to 5, and an inactive account's token) spend the address's budget; a
 paid for before it is made and refunded when the token is good, so concurrent requests cannot
 get more queries than the budget holds (requests joining a query under way add none and pay
 only if the token is refused). Each door says what the address is (:func:`address_key`: IPv6
-clients are counted per /64, the block one host usually holds); the budget is per process.
+clients are counted per /64, the block one host usually holds); the budget is per process,
+in its memory: it is asked before every query, and checking and spending it with no await
+between them is what keeps concurrent requests within it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ipaddress
-import math
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 
 from catalog.records import AccountInfo
+from tracker.limits.gcra import LocalGcra
 
 #: What :func:`core.ids.new_api_token` makes: ``r8_`` and 30 random bytes, URL-safe base64.
 TOKEN_SHAPE = re.compile(r"r8_[A-Za-z0-9_-]{40}")
@@ -78,8 +80,10 @@ def address_key(host: str) -> str:
     return str(address)
 
 
-class FailureBudget:
-    """A token bucket per address, spent only by failed authentications."""
+class FailureBudget(LocalGcra):
+    """A budget per address, spent only by failed authentications: ``per_minute`` on average,
+    ``burst`` at once (the one limiter's rule, :class:`tracker.limits.gcra.LocalGcra`, kept in
+    this process: it answers before any query, with no round trip to make)."""
 
     def __init__(
         self,
@@ -88,38 +92,7 @@ class FailureBudget:
         max_addresses: int = MAX_ADDRESSES,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.rate = per_minute / 60.0
-        self.burst = burst
-        self.max_addresses = max_addresses
-        self._clock = clock
-        #: address -> (tokens left, when counted); least recently failing first.
-        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
-
-    def _tokens(self, address: str, now: float) -> float:
-        left, at = self._buckets.get(address, (float(self.burst), now))
-        return min(float(self.burst), left + (now - at) * self.rate)
-
-    def retry_after(self, address: str) -> int | None:
-        """Seconds until ``address`` may fail again; None while it still may."""
-        if address not in self._buckets:
-            return None
-        tokens = self._tokens(address, self._clock())
-        return None if tokens >= 1 else max(1, math.ceil((1 - tokens) / self.rate))
-
-    def spend(self, address: str) -> None:
-        now = self._clock()
-        # Never below empty: a limited address waits at most one token's time, however many
-        # refusals it collected meanwhile.
-        self._buckets[address] = (max(0.0, self._tokens(address, now) - 1), now)
-        self._buckets.move_to_end(address)
-        while len(self._buckets) > self.max_addresses:
-            self._buckets.popitem(last=False)
-
-    def refund(self, address: str) -> None:
-        """Give back one failure spent ahead of a lookup that then succeeded."""
-        if address in self._buckets:
-            now = self._clock()
-            self._buckets[address] = (min(float(self.burst), self._tokens(address, now) + 1), now)
+        super().__init__(60.0 / per_minute, burst, max_addresses, clock)
 
 
 class AccountCache:

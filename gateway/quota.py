@@ -6,12 +6,11 @@ a window (default 24 h). A task over any of them is refused with ``RESOURCE_EXHA
 the limit, its retry delay in the trailing metadata (``retry-after`` in whole seconds,
 ``retry-after-ms``), and nothing of it runs.
 
-**Counting.** Each limit is a sliding window kept in Redis as counts per bucket (a tenth of a
-second's window, a sixtieth of a longer one): a task is admitted when the buckets that overlap
-the last window, plus the task, stay within the limit. That count covers the whole window and
-a little more, so no window of the limit's length ever holds more than the limit (the bucket
-granularity errs towards refusing). Every replica counts in the same keys, and the script reads
-Redis's own clock (``TIME``), so the replicas share one count and need no clock of their own.
+**Counting.** Each limit is a sliding window of the one limiter (:mod:`tracker.limits.windows`:
+counts per bucket in Redis, a tenth of a second's window, a sixtieth of a longer one; no window
+of the limit's length ever holds more than the limit, the bucket granularity erring towards
+refusing). Every replica counts in the same keys, on Redis's own clock, so the replicas share
+one count and need no clock of their own.
 
 **Scopes.** The gateway, an account, a session, a block: each has its own hash tag
 (``tracker.gateway_keys.quota_*_keys``), so a Redis Cluster spreads them, and the limits of one
@@ -57,7 +56,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from redis.asyncio import Redis
@@ -67,80 +66,21 @@ from redis.exceptions import RedisError
 from gateway.errors import ResourceExhausted
 from gateway.settings import GatewaySettings
 from tracker import gateway_keys as keys
+from tracker.limits.script import SECOND_US, whole_seconds
+from tracker.limits.windows import Full, Window, Windows
+
+__all__ = [
+    "LIMIT_NAMES",
+    "SECOND_US",
+    "LimitsProvider",
+    "OverQuota",
+    "Quota",
+    "QuotaLimits",
+    "Window",
+    "scopes",
+]
 
 log = logging.getLogger(__name__)
-
-SECOND_US = 1_000_000
-#: Buckets of a one-second window, and of a longer one: the granularity of a retry delay.
-RATE_BUCKETS = 10
-TOTAL_BUCKETS = 60
-
-
-# KEYS: one bucketed window per limit of the scope (hash: bucket index -> requests).
-# ARGV[1]: now in µs ('' for Redis's clock); ARGV[2]: 'check' or 'refund'; then, per key:
-# the limit, the window (µs), the bucket (µs).
-# check: when every limit has room, counts one request in each and returns {1, now}; else
-# counts nothing and returns {0, i, µs until the i-th key's limit has room} for the limit
-# whose room comes last. refund: takes back one request counted at ARGV[1] ({1, now}).
-_WINDOWS = """
-local now = tonumber(ARGV[1])
-if not now then
-  local clock = redis.call('TIME')
-  now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
-end
-local stamp = string.format('%.0f', now)
-local function spec(i)
-  return tonumber(ARGV[3 * i]), tonumber(ARGV[3 * i + 1]), tonumber(ARGV[3 * i + 2])
-end
-if ARGV[2] == 'refund' then
-  for i = 1, #KEYS do
-    local _, _, bucket = spec(i)
-    local field = string.format('%.0f', math.floor(now / bucket))
-    if tonumber(redis.call('HGET', KEYS[i], field) or '0') > 0 then
-      redis.call('HINCRBY', KEYS[i], field, -1)
-    end
-  end
-  return {1, stamp}
-end
-local worst, worst_wait = 0, -1
-for i = 1, #KEYS do
-  local limit, window, bucket = spec(i)
-  local oldest = math.floor((now - window) / bucket)
-  local flat = redis.call('HGETALL', KEYS[i])
-  local counts, order, held = {}, {}, 0
-  for j = 1, #flat, 2 do
-    local b = tonumber(flat[j])
-    if b < oldest then
-      redis.call('HDEL', KEYS[i], flat[j])
-    else
-      local c = tonumber(flat[j + 1])
-      counts[b] = c
-      order[#order + 1] = b
-      held = held + c
-    end
-  end
-  if held + 1 > limit then
-    table.sort(order)
-    local freed, wait = 0, window
-    for _, b in ipairs(order) do
-      freed = freed + counts[b]
-      if held - freed + 1 <= limit then
-        wait = (b + 1) * bucket + window - now
-        break
-      end
-    end
-    if wait > worst_wait then worst, worst_wait = i, wait end
-  end
-end
-if worst > 0 then return {0, worst, string.format('%.0f', math.ceil(worst_wait))} end
-for i = 1, #KEYS do
-  local _, window, bucket = spec(i)
-  local current = math.floor(now / bucket)
-  redis.call('HINCRBY', KEYS[i], string.format('%.0f', current), 1)
-  redis.call('PEXPIRE', KEYS[i], math.ceil(((current + 1) * bucket + window - now) / 1000) + 1)
-end
-return {1, stamp}
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,22 +136,6 @@ LIMIT_NAMES = tuple(f.name for f in fields(QuotaLimits) if f.name != "window")
 LimitsProvider = Callable[[], QuotaLimits | None]
 
 
-class Window(NamedTuple):
-    """One limit as the script takes it."""
-
-    name: str
-    key: str
-    limit: int
-    window_us: int
-    bucket_us: int
-
-    @classmethod
-    def of(cls, name: str, key: str, limit: int, seconds: float) -> Window:
-        window_us = max(1, round(seconds * SECOND_US))
-        buckets = RATE_BUCKETS if seconds <= 1 else TOTAL_BUCKETS
-        return cls(name, key, limit, window_us, max(1, window_us // buckets))
-
-
 def scopes(
     limits: QuotaLimits, account_id: int, session_id: str, block_id: str
 ) -> list[list[Window]]:
@@ -259,7 +183,7 @@ class OverQuota:
             f"over quota: {w.name} allows {w.limit} requests per {per}; retry after "
             f"{self.retry_after:.3f} s",
             trailing=(
-                ("retry-after", str(max(1, math.ceil(self.retry_after)))),
+                ("retry-after", str(whole_seconds(self.retry_after))),
                 ("retry-after-ms", str(max(1, math.ceil(self.retry_after * 1000)))),
             ),
         )
@@ -287,9 +211,7 @@ class Quota:
         )
         self.limits = limits
         self.shadow = shadow
-        self.clock = clock
-        self._script = redis.register_script(_WINDOWS)
-        self._failing = False
+        self.windows = Windows(redis, log, "quota", clock)
         #: One Redis (or one behind Sentinel): every key on one server, so one script call
         #: checks and counts all the scopes of a task; a Cluster needs a call per scope.
         self.one_call = not isinstance(redis, RedisCluster)
@@ -332,39 +254,24 @@ class Quota:
             # Every scope in one script call: nothing counts unless all admit.
             found = [[window for scope in found for window in scope]]
         admitted: list[tuple[list[Window], str]] = []
-        try:
-            for scope in found:
-                reply = await self._call(scope, "check")
-                if int(reply[0]):
-                    admitted.append((scope, _text(reply[1])))
-                    continue
-                refusal = OverQuota(scope[int(reply[1]) - 1], int(reply[2]) / SECOND_US)
+        for scope in found:
+            counted = await self.windows.count(scope)
+            if counted is None:  # Redis away: let through
+                return None
+            if isinstance(counted, Full):
                 await self._refund(admitted)
-                return refusal
-        except (RedisError, OSError) as error:
-            if not self._failing:
-                log.warning("quota not applied (Redis unavailable): %r", error)
-            self._failing = True
-            return None
-        if self._failing:
-            log.info("quota applied again")
-            self._failing = False
+                return OverQuota(counted.window, counted.wait_us / SECOND_US)
+            admitted.append((scope, counted))
         return None
 
-    async def _call(self, scope: list[Window], mode: str, at: str | None = None) -> Any:
-        now = at if at is not None else (str(self.clock()) if self.clock else "")
-        args: list[str | int] = [now, mode]
-        for w in scope:
-            args += [w.limit, w.window_us, w.bucket_us]
-        return await self._script(keys=[w.key for w in scope], args=args)
+    @property
+    def _failing(self) -> bool:
+        """Redis was away at the last check (its warning logged)."""
+        return self.windows.script.failing
 
     async def _refund(self, admitted: list[tuple[list[Window], str]]) -> None:
         for scope, at in admitted:
             try:
-                await self._call(scope, "refund", at)
+                await self.windows.refund(scope, at)
             except (RedisError, OSError) as error:  # counted until its bucket leaves the window
                 log.warning("quota refund lost (Redis unavailable): %r", error)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -13,8 +13,8 @@
 
 Every key of a session carries one hash tag (``tracker.gateway_keys.session_keys``), so each script
 names one slot and sessions spread over a Redis Cluster. A task without a ``session_id`` is
-none of this: it simply runs. Waiting is a poll with backoff (``POLL_*``), bounded by the
-call's deadline.
+none of this: it simply runs. Waiting is a poll with backoff (``POLL_*``, doubling by
+:func:`core.backoff.backoff_delay`), bounded by the call's deadline.
 
 ``seq_no`` is ordered as a double in the sorted set: exact up to 2**53.
 """
@@ -29,6 +29,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from core.backoff import backoff_delay
 from gateway.errors import FailedPrecondition
 from gateway.task import session_id_of
 from tracker.gateway_keys import SessionKeys, session_keys
@@ -102,7 +103,7 @@ class Sessions:
         session_id_of(session_id)
         keys = session_keys(account_id, session_id)
         token = secrets.token_hex(8)
-        pause = POLL_FIRST
+        polls = 0
         while True:
             claim_ms = max(1, int((deadline - time.monotonic()) * 1000)) + 1000
             reply = await self._claim(
@@ -113,8 +114,8 @@ class Sessions:
                 return _answered(reply[1], session_id, seq_no)
             if int(reply[0]) == 2:
                 break
-            await asyncio.sleep(pause)  # another call of the pair runs it: wait for its answer
-            pause = min(pause * 2, POLL_MAX)
+            await asyncio.sleep(_poll(polls))  # another call of the pair runs it: wait for it
+            polls += 1
         answer = b""
         try:
             await self._wait_for_earlier(keys, seq_no)
@@ -131,10 +132,16 @@ class Sessions:
             )
 
     async def _wait_for_earlier(self, keys: SessionKeys, seq_no: int) -> None:
-        pause = POLL_FIRST
+        polls = 0
         while int(await self._earlier(keys=[keys.inflight], args=[seq_no, keys.prefix])):
-            await asyncio.sleep(pause)
-            pause = min(pause * 2, POLL_MAX)
+            await asyncio.sleep(_poll(polls))
+            polls += 1
+
+
+def _poll(attempt: int) -> float:
+    """Seconds before poll ``attempt + 1``: ``POLL_FIRST`` doubled per poll, at most
+    ``POLL_MAX``."""
+    return backoff_delay(attempt, initial=POLL_FIRST, cap=POLL_MAX)
 
 
 def _answered(stored: Any, session_id: str, seq_no: int) -> bytes:

@@ -44,8 +44,8 @@ def session_keys(account_id: int, session_id: str) -> SessionKeys:
 
 # --- The gateway's quota (``gateway.quota``) ------------------------------------------------
 # One hash tag per scope (the gateway, an account, a session, a block): the limits of one scope
-# are checked and counted by one script call on one slot, and a Redis Cluster spreads the
-# sessions, blocks and accounts over its nodes.
+# are checked and counted by one script call on one slot (``tracker.limits.windows``), and a
+# Redis Cluster spreads the sessions, blocks and accounts over its nodes.
 
 
 @dataclass(frozen=True, slots=True)
