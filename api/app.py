@@ -49,28 +49,15 @@ from api.routes import (
 )
 from api.settings import ApiSettings
 from catalog import lookups
-from catalog.cache import Catalog
-from catalog.generation import CatalogGeneration
-from director.queue import Queue
-from director.queue import connect as connect_redis
-from files.links import FileLinks
 from files.retention import RetentionSweep
-from files.service import Files
-from files.settings import FileSettings
-from front.door import FrontDoor
-from front.durable import Durable
+from front.cluster import open_cluster, options_of
 from lane.service import Lane
 from lane.settings import LaneSettings
 from tracker import keys
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.event_hub import EventHub
-from tracker.events import EventLog
-from tracker.group_commit import Batcher
 from tracker.rate_limits import CreateRateLimit
-from tracker.redis_connect import require_noeviction
-from tracker.store import insert_predictions
-from tracker.stream_urls import StreamUrlSettings
 from tracker.waiter_shares import WaiterShares
 from tracker.webhook_settings import WebhookSettings
 from tracker.webhooks import open_session
@@ -117,9 +104,13 @@ async def _open(
     stack: AsyncExitStack, app: FastAPI, settings: ApiSettings, lane_env: LaneSettings
 ) -> Resources:
     """Open the api's resources, each closed by ``stack`` (in the reverse order): a step that
-    fails closes what the steps before it opened."""
-    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
-    stack.push_async_callback(engine.dispose)
+    fails closes what the steps before it opened. What every entry shares is opened by the front
+    door's :func:`~front.cluster.open_cluster`."""
+    shares = WaiterShares.of(
+        settings.max_waiters, settings.max_waiters_per_account, settings.max_waiters_per_prediction
+    )
+    cluster = await open_cluster(stack, options_of(settings, CLIENT_NAME, HUB_CLIENT_NAME, shares))
+    engine, redis = cluster.engine, cluster.redis
     replica = None
     if settings.database_read_url:
         replica = make_engine(settings.database_read_url, pool_size=settings.db_pool_size)
@@ -128,14 +119,6 @@ async def _open(
     if settings.log_database_url:
         log_engine = make_engine(settings.log_database_url, pool_size=2)
         stack.push_async_callback(log_engine.dispose)
-    redis = connect_redis(
-        settings.redis_url, max_connections=settings.redis_pool_size, client_name=CLIENT_NAME
-    )
-    stack.push_async_callback(redis.aclose)
-    await require_noeviction(redis)
-    signer = StreamUrlSettings().signer(redis)
-    # Not fatal: with Redis away the api still starts, and retries on later requests.
-    await signer.reload()
     policy = WebhookSettings().policy(settings.public_url or "")
     webhook_session = open_session(policy)
     stack.push_async_callback(webhook_session.close)
@@ -144,52 +127,25 @@ async def _open(
     # One reader of the fleet registry: the webhook guard follows the lane's view.
     dispatcher = Dispatcher(engine, policy, webhook_session, fleet=lane.fleet)
     stack.push_async_callback(dispatcher.stop)
-    queue = Queue(redis)
-    stack.push_async_callback(queue.close)
-    new_predictions = Batcher(functools.partial(insert_predictions, engine))
-    stack.push_async_callback(new_predictions.close)
-    hub = EventHub.for_url(
-        settings.redis_url,
-        redis,
-        settings.max_waiters,
-        settings.events_block_ms,
-        HUB_CLIENT_NAME,
-        WaiterShares.of(
-            settings.max_waiters,
-            settings.max_waiters_per_account,
-            settings.max_waiters_per_prediction,
-        ),
-    )
-    stack.push_async_callback(hub.close)
-    file_settings = FileSettings()
-    file_store = file_settings.store()
-    stack.push_async_callback(file_store.close)
+    file_settings = cluster.file_settings
     # Every replica sweeps; SKIP LOCKED shares the due rows between them.
-    retention = RetentionSweep(engine, file_store, file_settings).periodic(
+    retention = RetentionSweep(engine, cluster.file_store, file_settings).periodic(
         file_settings.sweep_interval
     )
     stack.push_async_callback(retention.stop)
-    # Rendered per request under the request's base URL unless a public URL is set.
-    file_links = FileLinks((settings.public_url or "").rstrip("/"), signer)
-    catalog = Catalog(engine, settings.cache_ttl, CatalogGeneration(redis))
-    files = Files(engine, file_store, file_links, file_settings)
-    create_limit = CreateRateLimit.configured(
-        redis, settings.create_rate_limit, settings.create_rate_burst
-    )
-    durable = Durable(new_predictions, queue, engine)
     resources = Resources(
         settings=settings,
         engine=engine,
         redis=redis,
-        queue=queue,
-        catalog=catalog,
+        queue=cluster.queue,
+        catalog=cluster.catalog,
         auth=Authenticator(functools.partial(lookups.account_for_token, engine), settings),
-        stream_signer=signer,
-        events=EventLog(redis, settings.events_retention),
-        hub=hub,
+        stream_signer=cluster.stream_signer,
+        events=cluster.events,
+        hub=cluster.hub,
         webhooks=policy,
         dispatcher=dispatcher,
-        front=FrontDoor.of(catalog, durable, files, create_limit),
+        front=cluster.front,
         replica=replica,
         lane=lane,
         upload_limit=CreateRateLimit.configured(
@@ -199,13 +155,13 @@ async def _open(
             keys.upload_rate_key,
             "files uploaded",
         ),
-        files=files,
+        files=cluster.files,
         log_engine=log_engine,
     )
     await lane.start()
     dispatcher.start()
     retention.start()
-    hub.start()
+    cluster.hub.start()
     if settings.metrics_port is not None:
         metrics_server = MetricsServer(
             app.state.metrics, settings.metrics_host, settings.metrics_port
