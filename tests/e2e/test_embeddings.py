@@ -28,7 +28,8 @@ TEXTS = ["Conduit queues predictions in Redis.", "A second, unrelated sentence."
 
 @pytest.fixture(scope="module")
 def embeddings_deployment(launcher: Launcher, admin: Admin) -> Iterator[str]:
-    runner, runner_url = launcher.runner("embeddings", concurrency=2)
+    # Its setup imports torch and loads the model's weights.
+    runner, runner_url = launcher.runner("embeddings", concurrency=2, ready_within=120)
     admin.create_model(NAME, runner_url)
     admin.create_deployment(NAME, NAME, shards=2, visibility="public")
     director = launcher.director(NAME, runner_url, concurrency=2)

@@ -107,6 +107,7 @@ def test_the_owners_withdrawal_wins_over_another_accounts_deployment(
                 ),
                 "the borrower's deployment taking predictions again",
             )
-            assert wait_status(theirs, again["id"])["status"] == "succeeded"
+            # The director reads the deployment back in on its next release check.
+            assert wait_status(theirs, again["id"], timeout=90)["status"] == "succeeded"
         finally:
             director.stop()

@@ -7,6 +7,7 @@ import statistics
 import threading
 import time
 
+import pytest
 import redis
 
 from tests.faults.conftest import register_faulty
@@ -24,6 +25,8 @@ def _supervise(runners: list[Proc], stop: threading.Event) -> None:
                 runner.restart()
 
 
+# Its waits are bounded one by one; together, on a loaded machine, they pass pytest's default.
+@pytest.mark.timeout(300)
 def test_poison_input_is_dead_lettered(drill: Drill) -> None:
     runners = [drill.launcher.runner("faulty", 2) for _ in range(2)]
     register_faulty(drill, runners[0][1])
