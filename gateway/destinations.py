@@ -14,6 +14,7 @@ import time
 
 from blocks import blocks
 from blocks.blocks import BlockInfo
+from blocks.graphs.schemas import block_of
 from blocks.versions import served_now
 from catalog.cache import TTLCache
 from catalog.records import AccountInfo
@@ -27,12 +28,6 @@ from tracker.fleet import FleetView
 
 #: Seconds between reads of the fleet registry made to confirm a refusal.
 FORCED_REFRESH_EVERY = 0.25
-
-
-def block_of(destination: Destination) -> BlockInfo:
-    """The block a gateway destination was resolved from (every one here is a block's)."""
-    assert destination.block is not None
-    return destination.block
 
 
 def unknown_block(block_id: str, field: str = "block_id") -> NotFound:

@@ -8,10 +8,11 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from blocks import inference_servers
+from blocks.graphs.schemas import block_of
 from catalog.records import AccountInfo
 from director.queue import Queue
 from front.destinations import Destination
-from gateway.destinations import Destinations, block_of
+from gateway.destinations import Destinations
 from gateway.errors import FailedPrecondition
 from gateway.peers import Peers, RemoteBlock
 from gateway.ranking import Candidate

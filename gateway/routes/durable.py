@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from blocks.graphs.schemas import block_of
 from catalog.records import AccountInfo
 from front.admission import new_prediction
 from front.destinations import Destination
-from gateway.destinations import block_of
 from gateway.errors import ResourceExhausted, Unavailable
 from gateway.prediction_end import cancel_prediction, final_state, outcome, wall_deadline
 from gateway.resources import GatewayResources

@@ -8,12 +8,12 @@ import asyncio
 import time
 from typing import Any
 
+from blocks.graphs.schemas import block_of
 from catalog.records import AccountInfo
 from files.data_urls import DataUrls
 from files.service import Files
 from front import lanes
 from front.destinations import Destination
-from gateway.destinations import block_of
 from gateway.errors import Aborted, Cancelled, ResourceExhausted, Unavailable
 from lane.errors import LaneNotRunning, OutOfCapacity, RunFailed, RunnerUnavailable
 from lane.events import RejectReason
