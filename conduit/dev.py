@@ -68,7 +68,7 @@ class Children:
 
 
 def wait_until(
-    check: Callable[[], bool], what: str, children: Children, timeout: float = 30
+    check: Callable[[], bool], what: str, children: Children, timeout: float = 120
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -69,8 +69,23 @@ def launcher(
 ) -> Iterator[Launcher]:
     logdir: Path = tmp_path_factory.mktemp("logs")
     launcher = Launcher(base_env(database_url, redis_url), logdir)
+    _session_launchers.append(launcher)
     yield launcher
+    _session_launchers.remove(launcher)
     launcher.stop_all()
+
+
+#: The session's launcher once a test asked for it (a file that needs none never makes one).
+_session_launchers: list[Launcher] = []
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stop_what_a_file_started() -> Iterator[None]:
+    """After each test file, stop the processes it started from the session's launcher; the
+    session's own stacks (``stack``, the gateway's ``live``) stay."""
+    yield
+    for launcher in _session_launchers:
+        launcher.stop_passing()
 
 
 @dataclass(frozen=True)
@@ -84,13 +99,14 @@ class Stack:
 def stack(launcher: Launcher, admin: Admin) -> Stack:
     """api + echo runner (4 slots) + director for deployment conduit/echo, public: every
     test's own account runs on it."""
-    _, api_url = launcher.api()
-    # Everything started from here on renders prediction URLs against this api.
-    launcher.env["CONDUIT_PUBLIC_URL"] = api_url
-    _, runner_url = launcher.runner("echo", concurrency=4)
-    version = admin.create_model(ECHO, runner_url)
-    admin.create_deployment(ECHO, ECHO, visibility="public")
-    launcher.director(ECHO, runner_url, concurrency=4)
+    with launcher.session_long():
+        _, api_url = launcher.api()
+        # Everything started from here on renders prediction URLs against this api.
+        launcher.env["CONDUIT_PUBLIC_URL"] = api_url
+        _, runner_url = launcher.runner("echo", concurrency=4)
+        version = admin.create_model(ECHO, runner_url)
+        admin.create_deployment(ECHO, ECHO, visibility="public")
+        launcher.director(ECHO, runner_url, concurrency=4)
     return Stack(api_url, runner_url, version)
 
 

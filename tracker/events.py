@@ -195,23 +195,46 @@ class _Append:
 # the doorbells' MAXLEN, then per append in order: its entry count, its retention (0: no
 # expiry yet), then per entry its field count and the fields and values. Each doorbell gets one
 # entry naming every stream appended to (readers skip the ones they do not watch).
+#
+# Nothing follows ``done``: a stream that already ends with it takes no more entries. This is
+# the fence's last word, checked where the append happens: an attempt that asked its fence,
+# then stalled (a paused process) past a takeover and the other attempt's end, would otherwise
+# add its live events after the end.
 _APPEND_SCRIPT = """
 local maxlen = ARGV[1]
 local appends = tonumber(ARGV[2])
 local a = 4
+local rung = {}
+local function ended(key)
+  local last = redis.call('XREVRANGE', key, '+', '-', 'COUNT', 1)[1]
+  if last == nil then return false end
+  local fields = last[2]
+  for f = 1, #fields, 2 do
+    if fields[f] == 'type' then return fields[f + 1] == 'done' end
+  end
+  return false
+end
 for k = 1, appends do
   local entries, retention = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   a = a + 2
+  local closed = ended(KEYS[k])
   for _ = 1, entries do
     local last = a + 2 * tonumber(ARGV[a])
-    redis.call('XADD', KEYS[k], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, a + 1, last))
+    if not closed then
+      redis.call('XADD', KEYS[k], 'MAXLEN', '~', maxlen, '*', unpack(ARGV, a + 1, last))
+    end
     a = last + 1
   end
-  if retention > 0 then redis.call('EXPIRE', KEYS[k], retention) end
+  if not closed then
+    if retention > 0 then redis.call('EXPIRE', KEYS[k], retention) end
+    rung[#rung + 1] = KEYS[k]
+  end
 end
-local rung = table.concat(KEYS, ' ', 1, appends)
-for d = appends + 1, #KEYS do
-  redis.call('XADD', KEYS[d], 'MAXLEN', '~', ARGV[3], '*', 'k', rung)
+if #rung > 0 then
+  local names = table.concat(rung, ' ')
+  for d = appends + 1, #KEYS do
+    redis.call('XADD', KEYS[d], 'MAXLEN', '~', ARGV[3], '*', 'k', names)
+  end
 end
-return appends
+return #rung
 """
