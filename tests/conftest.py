@@ -25,9 +25,13 @@ from tests.fixtures import scheduling
 from tests.fixtures.admin import Admin
 from tests.fixtures.processes import Launcher, base_env
 from tests.fixtures.servers import create_database
+from tests.fixtures.tls import share_default_context
 from tracker.db import make_engine
 
 ECHO = "conduit/echo"
+
+# Thousands of short-lived httpx clients: one CA bundle load per process, not per client.
+share_default_context()
 
 
 @pytest.fixture(scope="session")

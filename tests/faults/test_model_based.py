@@ -46,6 +46,7 @@ from core.ids import new_prediction_id
 from tests.faults.conftest import DrillServers, register_faulty
 from tests.faults.harness import TERMINAL, Drill, Submitted, verify
 from tests.fixtures.processes import Proc
+from tests.fixtures.sizing import sized
 from tests.fixtures.waiting import wait_for
 
 RANK = {"starting": 0, "processing": 1, **{status: 2 for status in TERMINAL}}
@@ -541,7 +542,7 @@ def test_api_equals_model(drill: Drill, servers: DrillServers) -> None:
     run_state_machine_as_test(
         Bound,
         settings=settings(
-            max_examples=20,
+            max_examples=sized(8, 20),
             stateful_step_count=25,
             deadline=None,
             derandomize=True,

@@ -5,11 +5,12 @@ duplicate run is explained by a fenced claim of its own."""
 from __future__ import annotations
 
 from tests.faults.drills import kill_directors
+from tests.fixtures.sizing import sized
 from tests.scale.conftest import ClusterDrill
 
 
 def test_killing_directors_on_a_cluster_loses_nothing(cluster_drill: ClusterDrill) -> None:
-    jobs = 120
+    jobs = sized(60, 120)
     outcome, kills = kill_directors(
         cluster_drill,
         "cluster: kill directors every 1-2 s",
