@@ -34,6 +34,11 @@ BASELINES = {
     "(c) Starlette: INSERT + XADD": "starlette-insert-xadd",
 }
 CONDUIT = "Conduit api: POST deployment prediction"
+#: ``--costs``: the same api less one part at a time, to price each part.
+NO_RATE_LIMIT = "Conduit api, create rate limit off"
+STOCK_PROTOCOL = "Conduit api, stock HTTP protocol (no connection guard)"
+NEITHER = "Conduit api, both off"
+RATE_LIMIT_OFF = {"CONDUIT_API_CREATE_RATE_LIMIT": "off"}
 
 
 @dataclass
@@ -50,7 +55,22 @@ class Target:
     headers: dict[str, str]
 
 
-def start_targets(stack: BenchStack) -> dict[str, Target]:
+def _stock_api(stack: BenchStack, name: str, env: dict[str, str]) -> str:
+    """:mod:`bench.baselines.stock_api` with ``env`` over the stack's environment."""
+    port = free_port()
+    saved = dict(stack.launcher.env)
+    stack.launcher.env.update(env)
+    try:
+        proc = stack.module("bench.baselines.stock_api", name, ["--port", str(port)])
+    finally:
+        stack.launcher.env.clear()
+        stack.launcher.env.update(saved)
+    url = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _healthy(proc, url), f"{name} healthy", timeout=30)
+    return url
+
+
+def start_targets(stack: BenchStack, costs: bool = False) -> dict[str, Target]:
     runner = stack.runner()
     stack.deploy(DEPLOYMENT, runner, director=False)
     targets = {}
@@ -63,7 +83,12 @@ def start_targets(stack: BenchStack) -> dict[str, Target]:
         targets[name] = Target(f"{url}/v1/predictions", {})
     api = stack.api()
     auth = {"Authorization": f"Bearer {stack.token()}"}
-    targets[CONDUIT] = Target(f"{api}/v1/deployments/{DEPLOYMENT}/predictions", auth)
+    path = f"/v1/deployments/{DEPLOYMENT}/predictions"
+    targets[CONDUIT] = Target(api + path, auth)
+    if costs:
+        targets[NO_RATE_LIMIT] = Target(stack.api(RATE_LIMIT_OFF) + path, auth)
+        targets[STOCK_PROTOCOL] = Target(_stock_api(stack, "stock-api", {}) + path, auth)
+        targets[NEITHER] = Target(_stock_api(stack, "stock-api-open", RATE_LIMIT_OFF) + path, auth)
     return targets
 
 
@@ -125,10 +150,16 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=3.0, help="untimed seconds per run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=50, help="concurrent clients")
+    parser.add_argument(
+        "--costs",
+        action="store_true",
+        help="also measure the api with the create rate limit off, on uvicorn's stock "
+        "protocol (no connection guard), and with both off",
+    )
     args = parser.parse_args()
     began = time.monotonic()
     with running_stack() as stack:
-        figures = measure(start_targets(stack), args)
+        figures = measure(start_targets(stack, args.costs), args)
     print(report(figures, args))
     print(f"total run time {time.monotonic() - began:.0f} s")
 

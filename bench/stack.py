@@ -122,8 +122,8 @@ class BenchStack:
         proc = self.launcher.director(deployment, runner_url, concurrency, retry_interval="5")
         return self._track("director", proc)
 
-    def api(self) -> str:
-        proc, url = self.launcher.api()
+    def api(self, env: dict[str, str] | None = None) -> str:
+        proc, url = self.launcher.api(env)
         self._track("api", proc)
         return url
 

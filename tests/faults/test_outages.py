@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import httpx
 import psycopg
+import pytest
 
 from tests.faults.conftest import DrillServers, register_faulty
 from tests.faults.harness import TERMINAL, Drill, Submitted, verify
@@ -108,6 +109,7 @@ def _answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.timeout(300)
 def test_postgres_stopped_for_ten_seconds(drill: Drill, servers: DrillServers) -> None:
     name, accounts = _stack(drill)
     started = time.monotonic()
@@ -138,7 +140,7 @@ def test_postgres_stopped_for_ten_seconds(drill: Drill, servers: DrillServers) -
         drill,
         "5 Postgres stopped 10 s",
         started,
-        timeout=120,
+        timeout=240,
         note=f"{len(refusals)} creates refused 503 during the outage",
     )
 

@@ -14,7 +14,7 @@ from tests.faults.harness import TERMINAL, Drill, verify
 from tests.fixtures.waiting import wait_for
 
 OUTPUTS = 12
-DELAY = 0.5  # seconds per output: a 6 s run, longer than a director's restart and reclaim
+DELAY = 1.0  # seconds per output: a 12 s run, longer than a director's restart and reclaim
 
 
 def test_restarted_director_follows_the_run_its_runner_kept(drill: Drill) -> None:
@@ -31,7 +31,9 @@ def test_restarted_director_follows_the_run_its_runner_kept(drill: Drill) -> Non
     killed_at = time.monotonic()
     # Same deployment and runner: the same director name, which takes its own claim back.
     second = drill.director(name, url, concurrency=1)
-    wait_for(lambda: drill.status(prediction_id) in TERMINAL, "finished", timeout=30)
+    wait_for(
+        lambda: drill.status(prediction_id) in TERMINAL, "finished", timeout=OUTPUTS * DELAY + 60
+    )
     assert time.monotonic() - killed_at < OUTPUTS * DELAY + 10
 
     status, claims, error = drill.statuses([prediction_id])[prediction_id]

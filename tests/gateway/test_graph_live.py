@@ -169,7 +169,7 @@ async def test_a_director_killed_mid_graph_costs_a_retry_of_its_step(
     chain = [admin.create_block(name) for _ in range(3)]
     settings = {"visibility_timeout": "3", "claim_interval": "0.5"}
     first = launcher.director(name, live.runner_url, concurrency=2, **settings)
-    await until(lambda: serving(redis_url, name), "the director advertising its runner")
+    await until(lambda: serving(redis_url, name), "the director advertising its runner", timeout=90)
     graph = {chain[0]: [chain[1]], chain[1]: [chain[2]], chain[2]: []}
     async with grpc.aio.insecure_channel(live.address) as channel:
         call = BlockInferenceServiceStub(channel).infer(
@@ -222,7 +222,9 @@ async def test_a_runner_killed_mid_graph_costs_a_retry_of_its_step(
     chain = [admin.create_block(name) for _ in range(3)]
     director = launcher.director(name, runner_url, concurrency=2)
     try:
-        await until(lambda: serving(redis_url, name), "the director advertising its runner")
+        await until(
+            lambda: serving(redis_url, name), "the director advertising its runner", timeout=90
+        )
         graph = {chain[0]: [chain[1]], chain[1]: [chain[2]], chain[2]: []}
         async with grpc.aio.insecure_channel(live.address) as channel:
             call = BlockInferenceServiceStub(channel).infer(

@@ -4,11 +4,14 @@ duplicate run is explained by a fenced claim of its own."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.faults.drills import kill_directors
 from tests.fixtures.sizing import sized
 from tests.scale.conftest import ClusterDrill
 
 
+@pytest.mark.timeout(300)
 def test_killing_directors_on_a_cluster_loses_nothing(cluster_drill: ClusterDrill) -> None:
     jobs = sized(60, 120)
     outcome, kills = kill_directors(
@@ -22,7 +25,7 @@ def test_killing_directors_on_a_cluster_loses_nothing(cluster_drill: ClusterDril
         jobs=jobs,
         workers=4,
         pace=0.04,
-        settle=90,
+        settle=180,
     )
     print(
         f"\ncluster kill drill: {outcome.submitted} accepted, lost {outcome.lost}, "
