@@ -366,7 +366,8 @@ def test_a_client_that_leaves_the_queue_frees_its_place(
     path = f"/v1/deployments/{name}/run"
     with _registered(redis_url, entry), ThreadPoolExecutor(3) as pool:
         wait_for(lambda: _lane(stack.api_url, name)["permits"] == 1, "one permit")
-        first = pool.submit(client.post, path, json={"input": {"prompt": "a", "delay": 3}})
+        # Long enough to still run once the second has left, on a loaded machine too.
+        first = pool.submit(client.post, path, json={"input": {"prompt": "a", "delay": 10}})
         wait_for(lambda: _lane(stack.api_url, name)["used"] == 1, "the first one running")
         leaving = pool.submit(
             client.post, path, json={"input": {"prompt": "b"}}, timeout=httpx.Timeout(30, read=1)

@@ -3,6 +3,7 @@ empty; Postgres stops for 10 s. Under load, every accepted prediction still fini
 
 from __future__ import annotations
 
+import asyncio
 import random
 import shutil
 import threading
@@ -17,6 +18,8 @@ from tests.faults.conftest import DrillServers, register_faulty
 from tests.faults.harness import TERMINAL, Drill, Submitted, verify
 from tests.fixtures import faulty_api
 from tests.fixtures.waiting import pace, wait_for
+from tracker.fleet import read_fleet
+from tracker.redis_connect import connect
 
 #: Seconds Redis stays down in drills 2 and 3, long enough that creates meet it down.
 REDIS_DOWN = 6.0
@@ -30,7 +33,28 @@ def _stack(drill: Drill, directors: int = 2) -> tuple[str, list[str]]:
     name = drill.deployment("outage", shards=4)
     for _, url in runners:
         drill.director(name, url, concurrency=4)
+    # Every director up before any fault: one that cannot reach its database at start-up
+    # exits (by design), and a slow start on a loaded machine would meet the outage.
+    wait_for(
+        lambda: _advertised(drill.redis_url, name) >= directors,
+        "every director advertising its runner",
+        timeout=120,
+    )
     return name, drill.accounts(3)
+
+
+def _advertised(redis_url: str, deployment: str) -> int:
+    """How many ready runners of ``deployment`` the fleet registry lists."""
+
+    async def count() -> int:
+        redis = connect(redis_url)
+        try:
+            entries = await read_fleet(redis)
+        finally:
+            await redis.aclose()
+        return sum(1 for e in entries.values() if e.deployment == deployment and e.ready)
+
+    return asyncio.run(count())
 
 
 def _under_load(
