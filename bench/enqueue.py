@@ -58,13 +58,7 @@ class Target:
 def _stock_api(stack: BenchStack, name: str, env: dict[str, str]) -> str:
     """:mod:`bench.baselines.stock_api` with ``env`` over the stack's environment."""
     port = free_port()
-    saved = dict(stack.launcher.env)
-    stack.launcher.env.update(env)
-    try:
-        proc = stack.module("bench.baselines.stock_api", name, ["--port", str(port)])
-    finally:
-        stack.launcher.env.clear()
-        stack.launcher.env.update(saved)
+    proc = stack.module("bench.baselines.stock_api", name, ["--port", str(port)], env)
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: _healthy(proc, url), f"{name} healthy", timeout=30)
     return url

@@ -82,13 +82,16 @@ class BenchStack:
         self._track("runner", proc)
         return url
 
-    def module(self, module: str, name: str, args: list[str]) -> ModuleProc:
-        """``python -m <module> <args>`` with the stack's environment, stopped at the end."""
+    def module(
+        self, module: str, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> ModuleProc:
+        """``python -m <module> <args>`` with the stack's environment (``env`` over it),
+        stopped at the end."""
         proc = ModuleProc(
             module,
             f"{len(self.launcher.procs) + 1:03d}-{name}",
             args,
-            self.launcher.env,
+            {**self.launcher.env, **(env or {})},
             self.launcher.logdir,
         )
         self.launcher.procs.append(proc.start())

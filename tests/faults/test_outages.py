@@ -17,9 +17,8 @@ import pytest
 from tests.faults.conftest import DrillServers, register_faulty
 from tests.faults.harness import TERMINAL, Drill, Submitted, verify
 from tests.fixtures import faulty_api
+from tests.fixtures.gateway_stack import ready_runners
 from tests.fixtures.waiting import pace, wait_for
-from tracker.fleet import read_fleet
-from tracker.redis_connect import connect
 
 #: Seconds Redis stays down in drills 2 and 3, long enough that creates meet it down.
 REDIS_DOWN = 6.0
@@ -36,25 +35,11 @@ def _stack(drill: Drill, directors: int = 2) -> tuple[str, list[str]]:
     # Every director up before any fault: one that cannot reach its database at start-up
     # exits (by design), and a slow start on a loaded machine would meet the outage.
     wait_for(
-        lambda: _advertised(drill.redis_url, name) >= directors,
+        lambda: asyncio.run(ready_runners(drill.redis_url, name)) >= directors,
         "every director advertising its runner",
         timeout=120,
     )
     return name, drill.accounts(3)
-
-
-def _advertised(redis_url: str, deployment: str) -> int:
-    """How many ready runners of ``deployment`` the fleet registry lists."""
-
-    async def count() -> int:
-        redis = connect(redis_url)
-        try:
-            entries = await read_fleet(redis)
-        finally:
-            await redis.aclose()
-        return sum(1 for e in entries.values() if e.deployment == deployment and e.ready)
-
-    return asyncio.run(count())
 
 
 def _under_load(
