@@ -170,7 +170,8 @@ def test_dead_consumer_is_removed_after_ten_visibility_timeouts(drill: Drill) ->
     doomed = drill.director(name, url_a, concurrency=2, id=doomed_id, **settings)
     _metrics_url(doomed)  # started and reading
     started = time.monotonic()
-    ids = [drill.submit(token, name, {"n": 8, "delay": 0.5}) for _ in range(2)]
+    # Long enough (20 s) to still be running when the doomed director dies on a loaded machine.
+    ids = [drill.submit(token, name, {"n": 8, "delay": 2.5}) for _ in range(2)]
     assert all(ids)
 
     def running() -> bool:
@@ -186,6 +187,9 @@ def test_dead_consumer_is_removed_after_ten_visibility_timeouts(drill: Drill) ->
     _metrics_url(survivor)
     doomed.kill()
     killed_at = time.monotonic()
+    with _redis(drill) as r:
+        still_held = {s: _consumers(r, s)[doomed_id]["pending"] for s in shards}
+    assert still_held == held, f"the doomed director finished its work before it died: {still_held}"
 
     def reclaimed() -> bool:
         with _redis(drill) as r:
