@@ -95,7 +95,18 @@ async def get_account(request: Request, resources: ResourcesDep) -> AccountInfo:
 AccountDep = Annotated[AccountInfo, Depends(get_account)]
 
 
+async def caller(request: Request) -> tuple[Resources, AccountInfo]:
+    """The resources and the authenticated account of a create, as ``ResourcesDep`` and
+    ``AccountDep`` give them, with the create counted against the account's rate
+    (``tracker.rate_limits``: 429 past it). Called by the create routes and ``/run`` rather
+    than declared: FastAPI's dependency solving was a measurable part of their time."""
+    resources = await get_resources(request)
+    account = await get_account(request, resources)
+    await limit_creates(resources, account)
+    return resources, account
+
+
 async def limit_creates(resources: ResourcesDep, account: AccountDep) -> None:
     """One create of the account, against its rate (``tracker.rate_limits``): 429 past it. A
-    dependency of every create route; ``/run`` calls it itself."""
+    dependency of the trainings' create; the other creates call it through :func:`caller`."""
     await resources.front.admission.count_creates(account.id)

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
 
 from api.errors import PROBLEM_JSON
 from api.schemas import Problem
@@ -180,6 +181,18 @@ def operation(
     return extra
 
 
+#: The request bodies routes read themselves (``api.bodies``), by schema name: the document
+#: lists them under ``components`` as FastAPI lists a declared body.
+_BODIES: dict[str, type[BaseModel]] = {}
+
+
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The ``requestBody`` of a route that reads ``model`` itself (``api.bodies.read_body``)."""
+    _BODIES[model.__name__] = model
+    schema = {"$ref": _SCHEMAS + model.__name__}
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
 def document(app: FastAPI) -> dict[str, Any]:
     doc = get_openapi(
         title=app.title,
@@ -194,6 +207,10 @@ def document(app: FastAPI) -> dict[str, Any]:
     problem = Problem.model_json_schema(ref_template=_SCHEMAS + "{model}", mode="serialization")
     schemas.update(problem.pop("$defs", {}))
     schemas["Problem"] = problem
+    for name, model in _BODIES.items():
+        body = model.model_json_schema(ref_template=_SCHEMAS + "{model}")
+        schemas.update(body.pop("$defs", {}))
+        schemas[name] = body
     components["securitySchemes"] = {
         BEARER: {
             "type": "http",

@@ -45,17 +45,18 @@ async def version_of(
 ) -> BlockVersion | None:
     """The version ``block`` (resolved for ``account`` already) runs now, or None when what it
     names is gone or no longer usable."""
+    reading = await catalog.reading()
     if block.deployment is not None:
         owner, _, name = block.deployment.partition("/")
-        deployment = await catalog.deployment(account, owner, name)
+        deployment = await reading.deployment(account, owner, name)
         if deployment is None or deployment.withdrawn:  # its model's owner took it back
             return None
-        found = await catalog.released_version(deployment)
+        found = await reading.released_version(deployment)
         if found is None:
             return None
         return BlockVersion(block, found[0], found[1], deployment)
     assert block.version_id is not None
-    found = await catalog.version(account, block.version_id)
+    found = await reading.version(account, block.version_id)
     if found is None:
         return None
     return BlockVersion(block, found[0], found[1])

@@ -133,86 +133,42 @@ class Catalog:
         if self.generation is not None:
             await self.generation.bump()
 
-    async def _now(self) -> int | None:
-        return None if self.generation is None else await self.generation.current()
+    async def reading(self) -> CatalogReading:
+        """Lookups that share one read of the generation: what one request resolves (a
+        deployment and its released version, a model and its latest) costs one GET."""
+        return CatalogReading(
+            self, None if self.generation is None else await self.generation.current()
+        )
 
     async def grants(self, account_id: int) -> records.Grants:
         """The private models and deployments granted to the account; a grant or revoke is
         seen like any other catalogue change."""
-        return await self._grants_at(account_id, await self._now())
+        return await (await self.reading()).grants(account_id)
+
+    async def model(
+        self, account: records.AccountInfo, owner: str, name: str
+    ) -> records.ModelInfo | None:
+        return await (await self.reading()).model(account, owner, name)
+
+    async def version(
+        self, account: records.AccountInfo, version_id: str
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
+        return await (await self.reading()).version(account, version_id)
+
+    async def version_of(
+        self, model: records.ModelInfo, version_id: str
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
+        return await (await self.reading()).version_of(model, version_id)
+
+    async def deployment(
+        self, account: records.AccountInfo, owner: str, name: str
+    ) -> records.DeploymentInfo | None:
+        return await (await self.reading()).deployment(account, owner, name)
 
     async def _grants_at(self, account_id: int, generation: int | None) -> records.Grants:
         return await self._grants.get(
             account_id, lambda: lookups.grants_of(self.engine, account_id), generation
         )
-
-    async def model(
-        self, account: records.AccountInfo, owner: str, name: str
-    ) -> records.ModelInfo | None:
-        """The model, or None when it does not exist or ``account`` may not see it: the two are
-        answered alike, so a private name is no oracle."""
-        return await self._visible_model(account, owner, name, await self._now())
-
-    async def _visible_model(
-        self, account: records.AccountInfo, owner: str, name: str, generation: int | None
-    ) -> records.ModelInfo | None:
-        model = await self._model(owner, name, generation)
-        if model is None:
-            return None
-        return model if await self._sees(account, model, "model", generation) else None
-
-    async def version(
-        self, account: records.AccountInfo, version_id: str
-    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
-        """A version (with its validator) of a model ``account`` sees, else None."""
-        generation = await self._now()
-        found = await self._version(version_id, generation)
-        if found is None:
-            return None
-        owner, _, name = found[0].model.partition("/")
-        seen = await self._visible_model(account, owner, name, generation)
-        return found if seen is not None else None
-
-    async def version_of(
-        self, model: records.ModelInfo, version_id: str
-    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
-        """A version of ``model``, which the caller has already found visible (a model page
-        read from the database): checking again against cached grants could disagree with
-        that read for up to a TTL and refuse a model the same answer lists."""
-        found = await self._version(version_id, await self._now())
-        if found is None or found[0].model != f"{model.owner}/{model.name}":
-            return None
-        return found
-
-    async def deployment(
-        self, account: records.AccountInfo, owner: str, name: str
-    ) -> records.DeploymentInfo | None:
-        """The deployment, or None when it does not exist or ``account`` may not see it."""
-        generation = await self._now()
-        deployment = await self._deployment(owner, name, generation)
-        if deployment is None:
-            return None
-        seen = await self._sees(account, deployment, "deployment", generation)
-        return deployment if seen else None
-
-    async def released_version(
-        self, deployment: records.DeploymentInfo
-    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
-        """The version a deployment runs: whoever may use the deployment may run it, whether
-        or not it sees the model."""
-        return await self._version(deployment.version_id, await self._now())
-
-    async def _sees(
-        self,
-        account: records.AccountInfo,
-        thing: records.ModelInfo | records.DeploymentInfo,
-        kind: records.Kind,
-        generation: int | None,
-    ) -> bool:
-        if records.sees(account, thing.owner, thing.visibility, granted=False):
-            return True  # public or its own: no grants to read
-        grants = await self._grants_at(account.id, generation)
-        return thing.id in (grants.models if kind == "model" else grants.deployments)
 
     async def _version(
         self, version_id: str, generation: int | None
@@ -236,3 +192,73 @@ class Catalog:
         return await self._deployments.get(
             (owner, name), lambda: lookups.get_deployment(self.engine, owner, name), generation
         )
+
+
+class CatalogReading:
+    """The catalogue's lookups at one generation (:meth:`Catalog.reading`)."""
+
+    def __init__(self, catalog: Catalog, generation: int | None) -> None:
+        self.catalog = catalog
+        self.generation = generation
+
+    async def grants(self, account_id: int) -> records.Grants:
+        return await self.catalog._grants_at(account_id, self.generation)
+
+    async def model(
+        self, account: records.AccountInfo, owner: str, name: str
+    ) -> records.ModelInfo | None:
+        """The model, or None when it does not exist or ``account`` may not see it: the two are
+        answered alike, so a private name is no oracle."""
+        model = await self.catalog._model(owner, name, self.generation)
+        if model is None:
+            return None
+        return model if await self._sees(account, model, "model") else None
+
+    async def version(
+        self, account: records.AccountInfo, version_id: str
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
+        """A version (with its validator) of a model ``account`` sees, else None."""
+        found = await self.catalog._version(version_id, self.generation)
+        if found is None:
+            return None
+        owner, _, name = found[0].model.partition("/")
+        seen = await self.model(account, owner, name)
+        return found if seen is not None else None
+
+    async def version_of(
+        self, model: records.ModelInfo, version_id: str
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
+        """A version of ``model``, which the caller has already found visible (a model page
+        read from the database): checking again against cached grants could disagree with
+        that read for up to a TTL and refuse a model the same answer lists."""
+        found = await self.catalog._version(version_id, self.generation)
+        if found is None or found[0].model != f"{model.owner}/{model.name}":
+            return None
+        return found
+
+    async def deployment(
+        self, account: records.AccountInfo, owner: str, name: str
+    ) -> records.DeploymentInfo | None:
+        """The deployment, or None when it does not exist or ``account`` may not see it."""
+        deployment = await self.catalog._deployment(owner, name, self.generation)
+        if deployment is None:
+            return None
+        return deployment if await self._sees(account, deployment, "deployment") else None
+
+    async def released_version(
+        self, deployment: records.DeploymentInfo
+    ) -> tuple[records.VersionInfo, Draft7Validator | None] | None:
+        """The version a deployment runs: whoever may use the deployment may run it, whether
+        or not it sees the model."""
+        return await self.catalog._version(deployment.version_id, self.generation)
+
+    async def _sees(
+        self,
+        account: records.AccountInfo,
+        thing: records.ModelInfo | records.DeploymentInfo,
+        kind: records.Kind,
+    ) -> bool:
+        if records.sees(account, thing.owner, thing.visibility, granted=False):
+            return True  # public or its own: no grants to read
+        grants = await self.grants(account.id)
+        return thing.id in (grants.models if kind == "model" else grants.deployments)

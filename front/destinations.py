@@ -16,7 +16,7 @@ from typing import Any
 
 from blocks.blocks import BlockInfo
 from blocks.versions import version_of
-from catalog.cache import Catalog
+from catalog.cache import Catalog, CatalogReading
 from catalog.records import AccountInfo, VersionInfo
 from tracker.input_checks import text_problem
 from tracker.keys import Target
@@ -106,10 +106,15 @@ class Resolver:
         )
 
     async def _version(
-        self, account: AccountInfo, version_id: str, owner: str | None, name: str | None
+        self,
+        account: AccountInfo,
+        version_id: str,
+        owner: str | None,
+        name: str | None,
+        reading: CatalogReading | None = None,
     ) -> Destination:
         # A version of a model the account may not see does not exist for it: same answer.
-        found = await self.catalog.version(account, version_id)
+        found = await (reading or await self.catalog.reading()).version(account, version_id)
         if found is None or (owner is not None and found[0].model != f"{owner}/{name}"):
             raise UnknownDestination(
                 f"Version {version_id} does not exist", "version", "unknown version"
@@ -127,20 +132,22 @@ class Resolver:
         self, account: AccountInfo, owner: str, name: str, field: str | None = None
     ) -> Destination:
         """The model's latest version."""
-        model = await self.catalog.model(account, owner, name)
+        reading = await self.catalog.reading()
+        model = await reading.model(account, owner, name)
         if model is None or model.latest_version_id is None:
             message = f"Model {owner}/{name} does not exist or has no versions"
             raise UnknownDestination(message, field, "unknown model")
-        return await self._version(account, model.latest_version_id, None, None)
+        return await self._version(account, model.latest_version_id, None, None, reading)
 
     async def deployment(self, account: AccountInfo, owner: str, name: str) -> Destination:
         """The deployment's released version, queued on the deployment's streams."""
-        deployment = await self.catalog.deployment(account, owner, name)
+        reading = await self.catalog.reading()
+        deployment = await reading.deployment(account, owner, name)
         if deployment is None:
             raise UnknownDestination(f"Deployment {owner}/{name} does not exist")
         if deployment.withdrawal is not None:
             raise UnknownDestination(deployment.withdrawal)
-        found = await self.catalog.released_version(deployment)
+        found = await reading.released_version(deployment)
         if found is None:
             raise UnknownDestination(
                 f"Deployment {owner}/{name} runs a version that no longer exists"

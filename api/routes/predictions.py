@@ -8,13 +8,20 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from api import serving
+from api.bodies import read_body
 from api.deadlines import parse_cancel_after
-from api.deps import AccountDep, Resources, ResourcesDep, limit_creates
+from api.deps import AccountDep, Resources, ResourcesDep, caller
 from api.idempotency import from_request
-from api.openapi import CREATE_HEADERS, CREATED_HEADERS, operation, problems
+from api.openapi import (
+    CREATE_HEADERS,
+    CREATED_HEADERS,
+    operation,
+    problems,
+    request_body,
+)
 from api.prediction_filters import parse_filters
 from api.prefer import WaitEnd, parse_wait, wait_or_disconnect
 from api.priority import parse_priority_header
@@ -35,15 +42,18 @@ SOURCE = "Only predictions from this source: `api`, `web` or `sync` (the `/run` 
 
 
 def _create(*statuses: int) -> dict[str, Any]:
-    """What a create route declares besides its path: body, headers, problems (``api.openapi``),
-    and the account's rate of creates (``tracker.rate_limits``)."""
+    """What a create route declares besides its path: body, headers, problems (``api.openapi``).
+    The route reads its own body and caller (:func:`api.bodies.read_body`,
+    :func:`api.deps.caller`); the document names them all the same."""
     created = {"description": "The prediction, created (or replayed).", "headers": CREATED_HEADERS}
     return {
         "status_code": 201,
         "response_model": Prediction,
         "responses": {201: created, **problems(400, 401, *statuses, 409, 413, 422, 429, 503)},
-        "openapi_extra": operation(*CREATE_HEADERS),
-        "dependencies": [Depends(limit_creates)],
+        "openapi_extra": {
+            **operation(*CREATE_HEADERS),
+            "requestBody": request_body(PredictionCreate),
+        },
     }
 
 
@@ -140,35 +150,25 @@ def _respond(prediction: dict[str, Any], headers: dict[str, str]) -> FastJSONRes
 
 
 @router.post("/predictions", **_create())
-async def create_prediction(
-    request: Request, body: PredictionCreate, account: AccountDep, resources: ResourcesDep
-) -> FastJSONResponse:
+async def create_prediction(request: Request) -> FastJSONResponse:
+    resources, account = await caller(request)
+    body = await read_body(request, PredictionCreate)
     destination = await resources.front.resolver.version_field(account, body.version)
     return await _created(request, resources, account, destination, body)
 
 
 @router.post("/models/{owner}/{name}/predictions", **_create(404))
-async def create_model_prediction(
-    request: Request,
-    owner: str,
-    name: str,
-    body: PredictionCreate,
-    account: AccountDep,
-    resources: ResourcesDep,
-) -> FastJSONResponse:
+async def create_model_prediction(request: Request, owner: str, name: str) -> FastJSONResponse:
+    resources, account = await caller(request)
+    body = await read_body(request, PredictionCreate)
     destination = await resources.front.resolver.model(account, owner, name)
     return await _created(request, resources, account, destination, body)
 
 
 @router.post("/deployments/{owner}/{name}/predictions", **_create(404))
-async def create_deployment_prediction(
-    request: Request,
-    owner: str,
-    name: str,
-    body: PredictionCreate,
-    account: AccountDep,
-    resources: ResourcesDep,
-) -> FastJSONResponse:
+async def create_deployment_prediction(request: Request, owner: str, name: str) -> FastJSONResponse:
+    resources, account = await caller(request)
+    body = await read_body(request, PredictionCreate)
     destination = await resources.front.resolver.deployment(account, owner, name)
     return await _created(request, resources, account, destination, body)
 

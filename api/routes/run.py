@@ -23,20 +23,17 @@ above the files' ``inline_max`` is stored and answered as its URL (``lane.output
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
-import orjson
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from api.bodies import read_body
 from api.deadlines import parse_cancel_after
-from api.deps import Resources, get_account, get_resources, limit_creates
-from api.error_handlers import undecodable_body
+from api.deps import Resources, caller
 from api.openapi import (
     OUT_OF_CAPACITY,
     RUN_HEADERS,
@@ -44,6 +41,7 @@ from api.openapi import (
     STREAM_EVENT,
     operation,
     problems,
+    request_body,
 )
 from api.prefer import disconnected
 from api.priority import parse_priority_header
@@ -100,10 +98,6 @@ def _run_doc(*statuses: int) -> dict[str, Any]:
         "headers": RUN_HEADERS,
         "content": {EVENT_STREAM: {"itemSchema": STREAM_EVENT}},
     }
-    body = {
-        "required": True,
-        "content": {"application/json": {"schema": RunCreate.model_json_schema()}},
-    }
     return {
         "response_model": Run,
         "responses": {
@@ -111,13 +105,16 @@ def _run_doc(*statuses: int) -> dict[str, Any]:
             **problems(400, 401, *statuses, 413, 422, 502, 503),
             429: OUT_OF_CAPACITY,
         },
-        "openapi_extra": {**operation(*RUN_REQUEST_HEADERS), "requestBody": body},
+        "openapi_extra": {
+            **operation(*RUN_REQUEST_HEADERS),
+            "requestBody": request_body(RunCreate),
+        },
     }
 
 
 @router.post("/deployments/{owner}/{name}/run", **_run_doc(404))
 async def run_deployment(request: Request, owner: str, name: str) -> Response:
-    resources, account = await _caller(request)
+    resources, account = await caller(request)
     lane = _lane(resources)
     destination = await resources.front.resolver.deployment(account, owner, name)
     return await _run(request, resources, lane, account, destination)
@@ -125,20 +122,10 @@ async def run_deployment(request: Request, owner: str, name: str) -> Response:
 
 @router.post("/models/{owner}/{name}/run", **_run_doc(404))
 async def run_model(request: Request, owner: str, name: str) -> Response:
-    resources, account = await _caller(request)
+    resources, account = await caller(request)
     lane = _lane(resources)
     destination = await resources.front.resolver.model(account, owner, name)
     return await _run(request, resources, lane, account, destination)
-
-
-async def _caller(request: Request) -> tuple[Resources, AccountInfo]:
-    """The resources and the authenticated account, as ``ResourcesDep`` and ``AccountDep``
-    give them: called here rather than declared, as FastAPI's dependency solving was a
-    measurable part of a ``/run``'s own time."""
-    resources = await get_resources(request)
-    account = await get_account(request, resources)
-    await limit_creates(resources, account)  # the account's rate of creates: 429 past it
-    return resources, account
 
 
 def _lane(resources: Resources) -> Lane:
@@ -162,7 +149,7 @@ async def _run(
     )
     placement = lanes.placement(lane, destination)
     lane.refuse_early(placement.lane, account.id, priority)
-    body = await _body(request)
+    body = await read_body(request, RunCreate)
     admission = resources.front.admission
     input_json = admission.input(destination, body.input)
     linked = await admission.files(account.id, body.input, resources.base_url(request))
@@ -209,42 +196,6 @@ async def _server_sent(result: Streamed) -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(data, event=kind, id=event_id)
     finally:
         await result.events.aclose()
-
-
-async def _body(request: Request) -> RunCreate:
-    """The body, refused as the create endpoints refuse theirs (FastAPI's way: JSON first,
-    then the model in Python mode; the same problem bodies)."""
-    raw = await request.body()
-    if not raw:
-        missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
-        raise RequestValidationError([missing])
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        data = _json_or_problem(raw)  # what orjson refuses (NaN, big integers) json may take
-    try:
-        return RunCreate.model_validate(data)
-    except ValidationError as error:
-        raise RequestValidationError(
-            [{**e, "loc": ("body", *e["loc"])} for e in error.errors()]
-        ) from None
-
-
-def _json_or_problem(raw: bytes) -> Any:
-    """``raw`` as FastAPI's JSON reading takes it, or its 422."""
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as error:
-        invalid = {
-            "type": "json_invalid",
-            "loc": ("body", error.pos),
-            "msg": "JSON decode error",
-            "input": {},
-            "ctx": {"error": error.msg},
-        }
-        raise RequestValidationError([invalid]) from None
-    except UnicodeDecodeError as error:
-        raise undecodable_body(error) from None
 
 
 def _wants_events(accept: str | None) -> bool:

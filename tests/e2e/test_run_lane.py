@@ -120,6 +120,18 @@ def test_a_body_that_is_not_utf8_is_a_400_problem_as_on_create(client: httpx.Cli
         assert ran["errors"] == created["errors"]
 
 
+def test_a_body_nested_past_any_parser_is_a_400_problem_as_on_create(client: httpx.Client) -> None:
+    _ready_run(client, RUN, {"input": {}})
+    deep = b'{"input": {"extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}"
+    broken = {"content": deep, "headers": {"Content-Type": "application/json"}}
+    ran = assert_problem(client.post(RUN, **broken), 400)  # type: ignore[arg-type]
+    created = assert_problem(
+        client.post(f"/v1/deployments/{ECHO}/predictions", **broken),  # type: ignore[arg-type]
+        400,
+    )
+    assert ran["detail"] == created["detail"]
+
+
 def test_a_private_deployment_is_not_found(
     stack: Stack, launcher: Launcher, admin: Admin, client: httpx.Client
 ) -> None:
