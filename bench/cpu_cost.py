@@ -12,6 +12,11 @@ children's time), and the load generator (this process's reaped children). Print
 per prediction by process, median (min–max) over the repeats, its share of the total, and the
 batch's end-to-end rate.
 
+``--delay S`` makes the echo model take S seconds (a model that runs, rather than a no-op),
+and ``--start-write-delay S`` sets the director's ``CONDUIT_DIRECTOR_START_WRITE_DELAY``: with
+both, a run shorter than the delay has its start written with its end (the rows updated per
+prediction show it).
+
 Figures are CPU time, not wall time: a machine with other work running still gives the same
 figures, give or take cache effects. The end-to-end rate is wall time and is not.
 """
@@ -124,23 +129,36 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--create-concurrency", type=int, default=32)
+    parser.add_argument(
+        "--delay", type=float, default=0.0, help="seconds the echo model takes (default: none)"
+    )
+    parser.add_argument(
+        "--start-write-delay",
+        type=float,
+        default=None,
+        help="the director's CONDUIT_DIRECTOR_START_WRITE_DELAY (default: its own)",
+    )
     args = parser.parse_args()
+    body = {"input": {"prompt": "bench", "n": 1, "delay": args.delay}}
+    settings = {}
+    if args.start_write_delay is not None:
+        settings["start_write_delay"] = str(args.start_write_delay)
     with running_stack() as stack:
         api = stack.api()
         runner = stack.runner(concurrency=args.concurrency)
         deployment = "bench/cpu"
         stack.deploy(deployment, runner, args.concurrency, director=False)
-        stack.director(deployment, runner, args.concurrency)
+        stack.director(deployment, runner, args.concurrency, **settings)
         token = stack.token()
         meters = Meters(stack)
-        conduit_batch(stack, api, token, deployment, args, args.warmup)
+        conduit_batch(stack, api, token, deployment, args, args.warmup, body)
         per_prediction: dict[str, list[float]] = {}
         commands: dict[str, list[float]] = {}
         rates = []
         for repeat in range(args.repeats):
             counted = meters.commands()
             before = meters.read()
-            rate, _, failed = conduit_batch(stack, api, token, deployment, args, args.count)
+            rate, _, failed = conduit_batch(stack, api, token, deployment, args, args.count, body)
             after = meters.read()
             for name, value in meters.commands().items():
                 per_command = (value - counted.get(name, 0.0)) / args.count
@@ -152,7 +170,8 @@ def main() -> None:
             print(f"  repeat {repeat + 1}: {rate:,.0f} predictions/s, {failed} not succeeded")
         medians = {role: statistics.median(v) for role, v in per_prediction.items()}
         total = sum(medians.values())
-        print(f"\nCPU per no-op prediction ({args.count} per batch, {args.repeats} batches)")
+        model = f"echo taking {args.delay:g} s" if args.delay else "no-op"
+        print(f"\nCPU per {model} prediction ({args.count} per batch, {args.repeats} batches)")
         print(f"{'process':<16} {'µs':>8}  {'(min–max)':<16} {'share':>6}")
         for role, values in sorted(per_prediction.items(), key=lambda kv: -medians[kv[0]]):
             spread = f"({min(values):.0f}–{max(values):.0f})"

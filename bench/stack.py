@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # base_env() tunes these for fast tests; benchmarks want the defaults.
 _TEST_ONLY: tuple[str, ...] = ("CONDUIT_WEBHOOK_RETRY_SCHEDULE", "CONDUIT_WEBHOOK_RETRY_JITTER")
-_TEST_ONLY += ("CONDUIT_WEBHOOK_POLL_INTERVAL",)
 
 
 class ModuleProc(Proc):
@@ -117,12 +116,16 @@ class BenchStack:
         if director:
             self.director(name, runner_url, concurrency)
 
-    def director(self, deployment: str, runner_url: str, concurrency: int = 4) -> Proc:
-        """One more director for ``deployment``, driving the runner at ``runner_url``.
+    def director(
+        self, deployment: str, runner_url: str, concurrency: int = 4, **settings: str
+    ) -> Proc:
+        """One more director for ``deployment``, driving the runner at ``runner_url``;
+        ``settings`` become ``CONDUIT_DIRECTOR_*``.
 
         The director's id derives from deployment and runner URL, so two directors of one
         deployment need two runners (the sidecar layout anyway)."""
-        proc = self.launcher.director(deployment, runner_url, concurrency, retry_interval="5")
+        settings.setdefault("retry_interval", "5")
+        proc = self.launcher.director(deployment, runner_url, concurrency, None, **settings)
         return self._track("director", proc)
 
     def api(self, env: dict[str, str] | None = None) -> str:

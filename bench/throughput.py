@@ -57,13 +57,20 @@ class Figures:
 
 
 def conduit_batch(
-    stack: BenchStack, api: str, token: str, deployment: str, args: argparse.Namespace, n: int
+    stack: BenchStack,
+    api: str,
+    token: str,
+    deployment: str,
+    args: argparse.Namespace,
+    n: int,
+    body: dict[str, Any] = BODY,
 ) -> tuple[float, float, int]:
-    """(predictions/s end to end, creations/s, rows not succeeded) for one batch of n."""
+    """(predictions/s end to end, creations/s, rows not succeeded) for one batch of n of
+    ``body``."""
     since = stack.query("SELECT now()")[0][0]
     url = f"{api}/v1/deployments/{deployment}/predictions"
     result = loadgen.spawn(
-        url, BODY, {"Authorization": f"Bearer {token}"}, args.create_concurrency, count=n
+        url, body, {"Authorization": f"Bearer {token}"}, args.create_concurrency, count=n
     )
     if result["statuses"].get("201") != n:
         raise RuntimeError(f"creates answered {result['statuses']} ({result['errors']} errors)")

@@ -59,11 +59,14 @@ class Following:
         keeper: DataUrlKeeper | None = None,
         on_success: SuccessHook | None = None,
         runner_id: str | None = None,
+        start_write_delay: float = 0.0,
     ) -> None:
         """``on_success``: what a succeeded run's output becomes before it is written; it
         raises :class:`OutputRefused` to fail the run instead, and its run may start again
         after output was streamed (nobody reads a training's output before its end).
-        ``runner_id``: the id the runner knows the run by (default: the prediction's)."""
+        ``runner_id``: the id the runner knows the run by (default: the prediction's).
+        ``start_write_delay``: seconds a run goes before its start is written (0: at once);
+        one that ends sooner has its start written with its end, in one write."""
         self.runner = runner
         self.on_success = on_success
         self.tracker = tracker
@@ -101,6 +104,13 @@ class Following:
         self._feed_task: asyncio.Task[None] | None = None
         #: Next time (loop time) to look at the cancel flag in Postgres.
         self._flag_check_at = now + monitor.interval
+        self.start_write_delay = start_write_delay
+        #: Whether the runner said the model runs (its start may not be written yet), and
+        #: since when (loop time).
+        self._running = False
+        self._running_since = now
+        #: When (loop time) the start the runner reported is written, while it is not yet.
+        self._start_due: float | None = None
 
     @property
     def timeout_error(self) -> str:
@@ -122,8 +132,7 @@ class Following:
 
     def _at_limit(self) -> Outcome:
         """The limit passed: canceled or failed if the model ran, aborted or failed if not."""
-        started = self.tracker.status is not Status.STARTING
-        if started:
+        if self._running or self.tracker.status is not Status.STARTING:
             if self._by_deadline:
                 return Outcome(Status.CANCELED)
             return Outcome(Status.FAILED, error=self.timeout_error)
@@ -147,7 +156,9 @@ class Following:
         while True:
             await self._poll_cancel_flag(watching=grace_until is None)
             limit = self._limit_at if grace_until is None else grace_until
-            wait = min(limit - self._loop.time(), self.monitor.interval)
+            wait = await self._start_if_due(min(limit - self._loop.time(), self.monitor.interval))
+            if wait is None:
+                return None  # fenced out: another attempt or a cancel owns it now
             news = await self._next(wait, watch_cancel=grace_until is None)
             if isinstance(news, PredictionResponse):
                 result = await self._apply(self._newest(news))
@@ -212,13 +223,7 @@ class Following:
         None to go on."""
         reported = RunnerTimes.from_metrics(snapshot.metrics).with_start(self._start_times)
         times = self._seen.bound(reported)
-        starts = snapshot.status is RunnerStatus.PROCESSING or (
-            snapshot.status.is_terminal
-            and self.tracker.announces_start
-            and ran(_TERMINAL[snapshot.status], times)
-        )
-        if starts and not await self.tracker.started():
-            await self._cancel_on_runner()
+        if not await self._take_start(snapshot, times):
             return True
         if self.tracker.cancel_requested:
             self.attempt.cancel.set()  # flagged before it started: the follow loop cancels
@@ -231,7 +236,8 @@ class Following:
             return None
         status = _TERMINAL[snapshot.status]
         error = snapshot.error
-        if self._limit_hit and self.tracker.status is Status.STARTING and not times.predict_time:
+        queued = self.tracker.status is Status.STARTING and not self._running
+        if self._limit_hit and queued and not times.predict_time:
             # Canceled at the limit while still queued inside the runner: it never ran.
             status = Status.ABORTED if self._by_deadline else Status.FAILED
             error = self._not_started_error()
@@ -244,6 +250,52 @@ class Following:
             except OutputRefused as refused:
                 status, error = Status.FAILED, str(refused)
         return Outcome(status, output=output, logs=snapshot.logs, error=error, times=times)
+
+    async def _take_start(self, snapshot: PredictionResponse, times: RunnerTimes) -> bool:
+        """Note the start a snapshot reports, and write it now or when it is due; False, the
+        run canceled on the runner, when this attempt no longer owns the prediction."""
+        starts = snapshot.status is RunnerStatus.PROCESSING or (
+            snapshot.status.is_terminal
+            and self.tracker.announces_start
+            and ran(_TERMINAL[snapshot.status], times)
+        )
+        if not starts:
+            return True
+        if not self._running:
+            self._running, self._running_since = True, self._loop.time()
+        if self.tracker.status is Status.STARTING and self._defers_start(snapshot):
+            if self._start_due is None:
+                self._start_due = self._loop.time() + self.start_write_delay
+            return True
+        return await self._write_start()
+
+    async def _start_if_due(self, wait: float) -> float | None:
+        """Write a deferred start that is due; how long the next wait may be (up to ``wait``,
+        ending when the start falls due), or None when the write found this attempt fenced
+        out."""
+        if self._start_due is None:
+            return wait
+        if self._loop.time() >= self._start_due:
+            return wait if await self._write_start() else None
+        return min(wait, self._start_due - self._loop.time())
+
+    def _defers_start(self, snapshot: PredictionResponse) -> bool:
+        """Whether the start the runner reported waits for ``start_write_delay``: not when a
+        ``start`` webhook is due (it says what the database says), nor at the run's end."""
+        return (
+            self.start_write_delay > 0
+            and not snapshot.status.is_terminal
+            and not self.tracker.announces_start
+        )
+
+    async def _write_start(self) -> bool:
+        """Write the start the runner reported; False, having canceled the run on the
+        runner, when this attempt no longer owns the prediction."""
+        self._start_due = None
+        if await self.tracker.started(self._loop.time() - self._running_since):
+            return True
+        await self._cancel_on_runner()
+        return False
 
     async def _cancel_on_runner(self) -> None:
         try:

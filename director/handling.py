@@ -119,9 +119,16 @@ class AttemptHandler:
             return await self._dead_letter(attempt, row, publishing)
         if row["cancel_requested"] or attempt.cancel.is_set():
             return await self._end(self._tracker(row, publishing), Outcome(Status.CANCELED))
-        if row["status"] != Status.PROCESSING.value:
-            return await self._execute(attempt, self._tracker(row, publishing), row)
-        return await self._left_running(attempt, row, publishing)
+        if row["status"] == Status.PROCESSING.value:
+            return await self._left_running(attempt, row, publishing)
+        tracker = self._tracker(row, publishing)
+        if row["attempt"] > 1:
+            # An earlier attempt may have started it and died before writing its start
+            # (``start_write_delay``): if the runner still runs it, follow it.
+            feed = await self._attach(attempt, row)
+            if feed is not None:
+                return await self._execute(attempt, tracker, row, feed)
+        return await self._execute(attempt, tracker, row)
 
     async def _left_running(
         self, attempt: Attempt, row: RowMapping, publishing: Publishing
@@ -129,10 +136,7 @@ class AttemptHandler:
         """Left running by a dead director: follow it, run it again, or fail it as interrupted.
         The attach hands the runner this attempt's URL: what the dead director's URL fed
         before now feeds nothing."""
-        webhook = self.webhook_url(attempt)
-        feed = await attach(
-            self.runner, self.monitor, row, webhook, self._priority(row), self._files_url(webhook)
-        )
+        feed = await self._attach(attempt, row)
         if feed is not None:
             tracker = self._tracker(row, publishing, Lifecycle.resumed())
             return await self._execute(attempt, tracker, row, feed)
@@ -144,6 +148,14 @@ class AttemptHandler:
             return rerun is Unclaimed.DROP
         tracker = self._tracker(rerun.row, publishing, Lifecycle.rerun())
         return await self._execute(attempt, tracker, rerun.row)
+
+    async def _attach(self, attempt: Attempt, row: RowMapping) -> SnapshotFeed | None:
+        """The run an earlier attempt left on this director's runner, handed this attempt's
+        URL; None when the runner does not run it (or cannot be asked)."""
+        webhook = self.webhook_url(attempt)
+        return await attach(
+            self.runner, self.monitor, row, webhook, self._priority(row), self._files_url(webhook)
+        )
 
     def _tracker(
         self, row: RowMapping, publishing: Publishing, lifecycle: Lifecycle | None = None
@@ -198,6 +210,7 @@ class AttemptHandler:
             keeper=keeper,
             on_success=self.job.on_success(row),
             runner_id=self.job.runner_id(row),
+            start_write_delay=self.settings.start_write_delay,
         )
         if feed is not None:  # a deadline already past cancels it on the runner at once
             return await self._end(tracker, await execution.resume(feed))

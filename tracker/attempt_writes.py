@@ -53,12 +53,12 @@ async def claim(
 
 
 async def mark_processing(
-    db: AsyncEngine | StateWrites, id: str, attempt: int
+    db: AsyncEngine | StateWrites, id: str, attempt: int, ran_for: float = 0.0
 ) -> RowMapping | None:
-    """``starting`` → ``processing`` for this attempt; the row's ``started_at`` and
-    ``cancel_requested``, or None when fenced out. Grouped with concurrent starts through
-    ``db`` when it is the process's :class:`StateWrites`."""
-    return await _grouped(db).starts.submit(Start(id, attempt))
+    """``starting`` → ``processing`` for this attempt, which began ``ran_for`` seconds ago;
+    the row's ``started_at`` and ``cancel_requested``, or None when fenced out. Grouped with
+    concurrent starts through ``db`` when it is the process's :class:`StateWrites`."""
+    return await _grouped(db).starts.submit(Start(id, attempt, ran_for))
 
 
 async def save_progress(engine: AsyncEngine, id: str, attempt: int, output: Any, logs: str) -> bool:

@@ -53,6 +53,9 @@ class Claim:
 class Start:
     id: str
     attempt: int
+    #: Seconds the run had been going when its start is written (a start written late, see
+    #: ``director.following``): ``started_at`` is when it began, not when it was written.
+    ran_for: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,8 +136,9 @@ _CLAIM = text(
 _START = text(
     f"""
     UPDATE predictions AS p
-    SET status = '{Status.PROCESSING.value}', started_at = now(), runs = p.runs + 1
-    FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, attempt int)
+    SET status = '{Status.PROCESSING.value}', runs = p.runs + 1,
+        started_at = greatest(p.created_at, now() - make_interval(secs => v.ran_for))
+    FROM jsonb_to_recordset(CAST(:batch AS jsonb)) AS v(id text, attempt int, ran_for float8)
     WHERE p.id = ANY(CAST(:ids AS text[])) AND p.id = v.id AND p.attempt = v.attempt
       AND p.status IN {sql_list(sources_of(Status.PROCESSING))}
     RETURNING p.id, p.started_at, p.cancel_requested
@@ -244,7 +248,9 @@ class StateWrites:
             return await _run_rounds(conn, _CLAIM, records)
 
     async def _write_starts(self, items: list[Start]) -> list[RowMapping | None]:
-        records = [{"id": item.id, "attempt": item.attempt} for item in items]
+        records = [
+            {"id": item.id, "attempt": item.attempt, "ran_for": item.ran_for} for item in items
+        ]
         async with autocommit(self.engine).connect() as conn:
             return await _run_rounds(conn, _START, records)
 

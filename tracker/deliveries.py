@@ -35,12 +35,16 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from core.transient import TRANSIENT, persistently
+from tracker.db import autocommit
 from tracker.fleet import FleetView
 from tracker.render import PredictionLinks, render_prediction
 from tracker.webhook_targets import FleetTargets
 from tracker.webhooks import DeliveryFailed, WebhookPolicy, post
 
 log = logging.getLogger(__name__)
+
+#: The shortest pause between passes (seconds): no busy loop on a row another holds.
+MIN_PAUSE = 0.05
 
 # Due rows, oldest first, at most ``room`` per account (its cap less what this dispatcher has
 # in flight for it) and ``free`` in all. Accounts already at their cap are left out of the scan,
@@ -72,6 +76,12 @@ _LEASE_DUE = text(
     RETURNING d.id, d.url, d.body, d.attempts, d.account_id, a.webhook_secret,
         (SELECT count(*) FROM candidates) AS seen
     """
+)
+# Seconds until the earliest pending delivery is due (a retry's backoff, or a lease a dispatcher
+# holds, expiring): None when nothing is pending. Read from the partial index of pending rows.
+_NEXT_DUE = text(
+    "SELECT extract(epoch FROM min(next_attempt_at) - now())::float8 "
+    "FROM webhook_deliveries WHERE status = 'pending'"
 )
 _DELIVERED = text(
     "UPDATE webhook_deliveries SET status = 'delivered', delivered_at = now(), "
@@ -172,15 +182,20 @@ class Dispatcher:
         if self.targets is not None:
             await self.targets.start()  # the fleet first: nothing is sent before it is known
         while True:
+            pause = self.policy.poll_interval
             try:
-                await self._dispatch_due()
+                pause = min(pause, await self._dispatch_due())
             except Exception as error:  # a database outage must not end the dispatcher
                 log.warning("webhook dispatch pass failed: %r", error)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.policy.poll_interval)
+                await asyncio.wait_for(self._wake.wait(), pause)
 
-    async def _dispatch_due(self) -> None:
+    async def _dispatch_due(self) -> float:
+        """Lease and send what is due; the seconds until the next pending row falls due (a
+        retry's backoff or another dispatcher's lease running out), so that the next pass
+        comes then rather than at the next poll. A new row is due at once and its writer
+        wakes its own dispatcher: the poll is only for a writer that died before sending."""
         # A pass that left rows over their account's room may have hidden other accounts' rows
         # behind them; those accounts are now at their cap, so the next pass skips them.
         while (free := self.policy.concurrency - len(self._inflight)) > 0:
@@ -188,7 +203,13 @@ class Dispatcher:
             for row in rows:
                 self._send(*row)
             if len(rows) == free or seen == len(rows):
-                return
+                break
+        if self._inflight:
+            return self.policy.poll_interval  # each delivery that ends wakes the loop
+        async with autocommit(self.engine).connect() as conn:
+            due_in = (await conn.execute(_NEXT_DUE)).scalar_one()
+        # A row due already is one another dispatcher is leasing right now: look again soon.
+        return self.policy.poll_interval if due_in is None else max(due_in, MIN_PAUSE)
 
     async def _lease(self, free: int) -> tuple[list[tuple[Any, ...]], int]:
         per_account = self.policy.per_account
@@ -201,7 +222,8 @@ class Dispatcher:
             "busy_accounts": list(self._busy),
             "busy_counts": list(self._busy.values()),
         }
-        async with self.engine.begin() as conn:
+        # One statement: atomic on its own, its row locks held to its end.
+        async with autocommit(self.engine).connect() as conn:
             rows = (await conn.execute(_LEASE_DUE, params)).all()
         return [tuple(row)[:-1] for row in rows], (rows[0].seen if rows else 0)
 
@@ -243,7 +265,7 @@ class Dispatcher:
             )
 
     async def _record_delivered(self, id: str, status: int) -> None:
-        async with self.engine.begin() as conn:
+        async with autocommit(self.engine).connect() as conn:
             await conn.execute(_DELIVERED, {"id": id, "status": status})
 
     async def _record_failure(

@@ -137,13 +137,16 @@ class AttemptTracker:
         if self.publishing.webhooks is not None:
             self.publishing.webhooks.offer(event, self._body)
 
-    async def started(self) -> bool:
-        """Record that the model began running. False when this attempt no longer owns it."""
+    async def started(self, ran_for: float = 0.0) -> bool:
+        """Record that the model began running, ``ran_for`` seconds ago. False when this
+        attempt no longer owns it."""
         if self.status is not Status.STARTING:
             return True
         row = await persistently(
             f"recording start of {self.prediction_id}",
-            lambda: attempt_writes.mark_processing(self.writes, self.prediction_id, self.attempt),
+            lambda: attempt_writes.mark_processing(
+                self.writes, self.prediction_id, self.attempt, ran_for
+            ),
         )
         if row is None:
             return False

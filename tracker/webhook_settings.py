@@ -31,7 +31,9 @@ class WebhookSettings(BaseSettings):
     per_account: int = Field(8, ge=1)
     #: Minimum seconds between intermediate webhooks of one prediction.
     intermediate_interval: float = 0.5
-    #: Seconds between looks for due retries (a new terminal webhook is sent at once).
+    #: Longest pause between looks for due webhooks. A new terminal webhook is sent at once by
+    #: the process that wrote it, and a retry when its backoff ends; the look is for a webhook
+    #: whose writer died before sending it.
     poll_interval: float = 1.0
 
     def policy(self, public_url: str) -> WebhookPolicy:

@@ -26,7 +26,8 @@ def test_sigterm_finishes_in_flight_and_leaves_the_rest_queued(
     path = f"/v1/deployments/{name}/predictions"
     director = launcher.director(name, runner_url, concurrency=1)
     try:
-        running = create(client, path, input={"prompt": "r", "n": 10, "delay": 0.1})
+        # Long enough to be written as processing (the start is written after 1 s).
+        running = create(client, path, input={"prompt": "r", "n": 10, "delay": 0.3})
         wait_status(client, running["id"], {"processing"})
         waiting = create(client, path, input={"prompt": "w"})
 

@@ -241,7 +241,7 @@ async def test_tasks_of_a_session_run_in_seq_no_order(
 ) -> None:
     first = asyncio.ensure_future(
         stub.infer(
-            task(live.block, {"prompt": "1", "delay": 1.0}, session_id="s-3", seq_no=1),
+            task(live.block, {"prompt": "1", "delay": 3.0}, session_id="s-3", seq_no=1),
             metadata=auth(token),
         )
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,13 +17,10 @@ from aiohttp.test_utils import TestServer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from conduit.runtime import migrate
 from conduit.services import ServiceUrls
 from core.ssrf import parse_cidrs
-from tests.fixtures.predictions import new_predictions
-from tests.fixtures.servers import create_database
+from tests.fixtures import deliveries
 from tests.fixtures.waiting import until
-from tracker import store
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.webhooks import WebhookPolicy, open_session
@@ -37,9 +33,7 @@ LEASE = 120.0
 
 @pytest.fixture(scope="module")
 def own_database(services: ServiceUrls) -> str:
-    url = create_database(services.database_url, f"conduit_starved_{uuid.uuid4().hex[:12]}")
-    migrate(url)
-    return url
+    return deliveries.own_database(services, "conduit_starved")
 
 
 @pytest.fixture
@@ -81,34 +75,11 @@ async def receiver() -> AsyncIterator[HeldReceiver]:
         await server.close()
 
 
-async def _due_delivery(engine: AsyncEngine, url: str) -> str:
-    [new] = await new_predictions(engine, [{}], "starved")
-    await store.insert_predictions(engine, [new])
-    delivery = "msg_" + uuid.uuid4().hex[:24]
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO webhook_deliveries (id, prediction_id, account_id, url, event, body) "
-                "VALUES (:id, :pid, :account, :url, 'completed', '{}')"
-            ),
-            {"id": delivery, "pid": new.id, "account": new.account_id, "url": url},
-        )
-    return delivery
-
-
-async def _status(engine: AsyncEngine, delivery: str) -> str:
-    async with engine.connect() as conn:
-        status = await conn.scalar(
-            text("SELECT status FROM webhook_deliveries WHERE id = :id"), {"id": delivery}
-        )
-    return str(status)
-
-
 async def test_an_outcome_recorded_through_a_starved_pool_is_not_sent_again(
     engine: AsyncEngine, receiver: HeldReceiver, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    delivery = await _due_delivery(engine, receiver.url)
+    delivery = await deliveries.insert_delivery(engine, receiver.url, "starved")
     policy = WebhookPolicy(allow=parse_cidrs("127.0.0.0/8"), lease=LEASE, poll_interval=0.1)
     async with open_session(policy) as session:
         dispatcher = Dispatcher(engine, policy, session)
@@ -133,7 +104,7 @@ async def test_an_outcome_recorded_through_a_starved_pool_is_not_sent_again(
                 await conn.close()
 
             async def delivered() -> bool:
-                return await _status(engine, delivery) == "delivered"
+                return await deliveries.delivery_status(engine, delivery) == "delivered"
 
             await until(delivered, "the delivery recorded", timeout=20)
         finally:
