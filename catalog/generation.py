@@ -61,8 +61,10 @@ class CatalogGeneration:
 
     async def _read_after(self, in_flight: asyncio.Future[int | None]) -> int | None:
         await asyncio.wait([in_flight])
-        # Now the one in flight: reads arriving from here on wait for the one after.
-        self._in_flight, self._next = self._next, None
+        this = asyncio.current_task()
+        if self._next is this:  # (a read that found nothing in flight may have gone ahead)
+            # Now the one in flight: reads arriving from here on wait for the one after.
+            self._in_flight, self._next = this, None
         return await self._read()
 
     async def _read(self) -> int | None:

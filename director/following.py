@@ -280,12 +280,12 @@ class Following:
         return min(wait, self._start_due - self._loop.time())
 
     def _defers_start(self, snapshot: PredictionResponse) -> bool:
-        """Whether the start the runner reported waits for ``start_write_delay``: not when a
-        ``start`` webhook is due (it says what the database says), nor at the run's end."""
+        """Whether the start the runner reported waits for ``start_write_delay``: not when
+        the prediction has intermediate webhooks (they carry its status), nor at its end."""
         return (
             self.start_write_delay > 0
             and not snapshot.status.is_terminal
-            and not self.tracker.announces_start
+            and self.tracker.start_may_wait
         )
 
     async def _write_start(self) -> bool:

@@ -95,9 +95,10 @@ class DirectorSettings(BaseSettings):
     #: Seconds a run goes before its start (``processing``) is written to Postgres. A run that
     #: ends sooner is written once, at its end (``started_at``: its end less the time the
     #: runner reports), so a ``GET`` shows ``processing`` at most this long after the model
-    #: started, with the time it began. 0 writes each start at once; a ``start`` webhook is
-    #: always written at once. A run whose director dies before its start is written is
-    #: followed if its runner still runs it, else run again (``docs/concepts/failures.md``).
+    #: started, with the time it began. 0 writes each start at once, as does a prediction
+    #: with ``start``, ``output`` or ``logs`` webhooks (their bodies carry its status). A run
+    #: whose director dies before its start is written is followed if its runner still runs
+    #: it, else run again (``docs/concepts/failures.md``).
     start_write_delay: float = Field(1.0, ge=0)
     #: Seconds an entry may go without a heartbeat before another director reclaims it.
     visibility_timeout: float = 60.0

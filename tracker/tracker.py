@@ -124,6 +124,12 @@ class AttemptTracker:
         end is already known may have its start written with its end, in one write."""
         return self.publishing.webhooks is not None and wants(self.state, "start")
 
+    @property
+    def start_may_wait(self) -> bool:
+        """Whether the start may be written after the model began: no intermediate webhook
+        is due, whose body would say ``starting`` while the model runs."""
+        return self.publishing.webhooks is None
+
     def _body(self) -> str:
         state = {
             **self.state,
