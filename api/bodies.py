@@ -8,6 +8,7 @@ OpenAPI document still names the model (``api.openapi.request_body``).
 
 from __future__ import annotations
 
+import email.message
 import json
 from typing import Any, TypeVar
 
@@ -27,10 +28,12 @@ async def read_body(request: Request, model: type[Body]) -> Body:
         if not raw:
             missing = {"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}
             raise RequestValidationError([missing])
-        try:
-            data = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            data = _json_or_problem(raw)  # what orjson refuses (NaN, big integers) json may take
+        data: Any = raw  # not JSON by its Content-Type: validated as the bytes it is
+        if _is_json(request.headers.get("content-type")):
+            try:
+                data = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                data = _json_or_problem(raw)  # what orjson refuses (NaN, big ints) json may take
     except RequestValidationError:
         raise
     except Exception as error:
@@ -43,6 +46,19 @@ async def read_body(request: Request, model: type[Body]) -> Body:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in error.errors()]
         ) from None
+
+
+def _is_json(content_type: str | None) -> bool:
+    """``application/json`` or ``application/*+json``, as FastAPI reads a declared body (its
+    strict content type: no Content-Type is no JSON)."""
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
 
 
 def _json_or_problem(raw: bytes) -> Any:

@@ -61,6 +61,8 @@ class CatalogGeneration:
 
     async def _read_after(self, in_flight: asyncio.Future[int | None]) -> int | None:
         await asyncio.wait([in_flight])
+        if time.monotonic() - self._failed_at < RETRY_AFTER:
+            return None  # that one failed: serve by TTL, no second timeout
         this = asyncio.current_task()
         if self._next is this:  # (a read that found nothing in flight may have gone ahead)
             # Now the one in flight: reads arriving from here on wait for the one after.

@@ -86,7 +86,10 @@ class Execution(Following):
         """Follow a run that an earlier attempt started and the runner is still running
         (``RunnerClient.attach``): its snapshots now come here, the state so far first."""
         self._accepted_at = self._loop.time()
-        self._seen.resumed(self.tracker.state.get("started_at"), self._accepted_at)
+        self._resumed = True
+        # A run whose start was not written (``start_write_delay``) began after the create.
+        state = self.tracker.state
+        self._seen.resumed(state.get("started_at") or state.get("created_at"), self._accepted_at)
         self._feed_task = asyncio.create_task(self._read_feed(feed))
         return await self._following()
 

@@ -109,6 +109,8 @@ class Following:
         #: since when (loop time).
         self._running = False
         self._running_since = now
+        #: Whether this attempt took over a run an earlier attempt started (``resume``).
+        self._resumed = False
         #: When (loop time) the start the runner reported is written, while it is not yet.
         self._start_due: float | None = None
 
@@ -265,19 +267,23 @@ class Following:
             self._running, self._running_since = True, self._loop.time()
         if self.tracker.status is Status.STARTING and self._defers_start(snapshot):
             if self._start_due is None:
-                self._start_due = self._loop.time() + self.start_write_delay
+                self._start_due = self._running_since + self.start_write_delay
+                await self.tracker.running()  # the event now; the row when it is due
             return True
-        return await self._write_start()
+        return await self._write_start(deferred=False)
 
     async def _start_if_due(self, wait: float) -> float | None:
         """Write a deferred start that is due; how long the next wait may be (up to ``wait``,
-        ending when the start falls due), or None when the write found this attempt fenced
-        out."""
+        ending when the start falls due), or None when this attempt no longer owns the
+        prediction."""
         if self._start_due is None:
             return wait
-        if self._loop.time() >= self._start_due:
-            return wait if await self._write_start() else None
-        return min(wait, self._start_due - self._loop.time())
+        now = self._loop.time()
+        if now < self._start_due:
+            return min(wait, self._start_due - now)
+        if self.attempt.lease.lost:
+            raise _Lost
+        return wait if await self._write_start(deferred=True) else None
 
     def _defers_start(self, snapshot: PredictionResponse) -> bool:
         """Whether the start the runner reported waits for ``start_write_delay``: not when
@@ -286,15 +292,20 @@ class Following:
             self.start_write_delay > 0
             and not snapshot.status.is_terminal
             and self.tracker.start_may_wait
+            and not self._resumed  # taken over running: it has run a while already
         )
 
-    async def _write_start(self) -> bool:
-        """Write the start the runner reported; False, having canceled the run on the
-        runner, when this attempt no longer owns the prediction."""
+    async def _write_start(self, deferred: bool) -> bool:
+        """Write the start the runner reported; False when this attempt no longer owns the
+        prediction, the run then canceled on the runner if the prediction ended (a cancel).
+        A start written late may have been fenced out by an attempt that took the run over
+        and now follows it on the same runner (``handling``): that run is not this one's to
+        cancel."""
         self._start_due = None
         if await self.tracker.started(self._loop.time() - self._running_since):
             return True
-        await self._cancel_on_runner()
+        if not deferred or await self.tracker.ended():
+            await self._cancel_on_runner()
         return False
 
     async def _cancel_on_runner(self) -> None:

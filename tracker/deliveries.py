@@ -182,12 +182,13 @@ class Dispatcher:
         if self.targets is not None:
             await self.targets.start()  # the fleet first: nothing is sent before it is known
         while True:
+            # Cleared before the pass: a wake during it (a new row) is a reason for another.
+            self._wake.clear()
             pause = self.policy.poll_interval
             try:
                 pause = min(pause, await self._dispatch_due())
             except Exception as error:  # a database outage must not end the dispatcher
                 log.warning("webhook dispatch pass failed: %r", error)
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), pause)
 

@@ -92,6 +92,8 @@ class AttemptTracker:
         #: Set when the start found a cancel already flagged in Postgres: a cancel published
         #: while nobody listened. The execution cancels on the runner when it sees it.
         self.cancel_requested = False
+        #: Whether the ``processing`` status event went out (before the start was written).
+        self._announced = False
 
     @property
     def status(self) -> Status:
@@ -143,6 +145,13 @@ class AttemptTracker:
         if self.publishing.webhooks is not None:
             self.publishing.webhooks.offer(event, self._body)
 
+    async def running(self) -> None:
+        """The model runs, its start not written yet (``start_write_delay``): the event
+        stream says so now, in order before its output; the row when the start is written."""
+        if self.status is Status.STARTING and not self._announced:
+            self._announced = True
+            await self._publish([(EventType.STATUS, Status.PROCESSING.value)])
+
     async def started(self, ran_for: float = 0.0) -> bool:
         """Record that the model began running, ``ran_for`` seconds ago. False when this
         attempt no longer owns it."""
@@ -159,7 +168,9 @@ class AttemptTracker:
         self.lifecycle.move(Status.PROCESSING)
         self.state["started_at"] = row["started_at"]
         self.cancel_requested = bool(row["cancel_requested"])
-        await self._publish([(EventType.STATUS, Status.PROCESSING.value)])
+        if not self._announced:
+            self._announced = True
+            await self._publish([(EventType.STATUS, Status.PROCESSING.value)])
         self._offer("start")
         if self._dirty:
             self._schedule_flush()
@@ -236,7 +247,8 @@ class AttemptTracker:
         if self.refused is not None:
             status, error = Status.FAILED, self.refused
         error = storable_text(error) if error is not None else None
-        if self.status is Status.STARTING and ran(status, times or RunnerTimes()):
+        ran_unannounced = self.status is Status.STARTING and not self._announced
+        if ran_unannounced and ran(status, times or RunnerTimes()):
             last_chunks.insert(0, (EventType.STATUS, Status.PROCESSING.value))
         try:
             row = await self._write_end(status, self.output, self.logs, error, times)

@@ -48,6 +48,17 @@ def test_malformed_json_is_400(client: httpx.Client) -> None:
     assert _count(client) == 0
 
 
+def test_a_body_not_sent_as_json_is_422_as_fastapi_answers_it(client: httpx.Client) -> None:
+    body = b'{"input": {"prompt": "x"}}'
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {} if content_type is None else {"Content-Type": content_type}
+        problem = assert_problem(client.post(DEPLOYMENT_PATH, content=body, headers=headers), 422)
+        assert problem["errors"][0]["field"] == "body", problem
+    sent_as_json = {"Content-Type": "application/vnd.example+json"}
+    created = client.post(DEPLOYMENT_PATH, content=body, headers=sent_as_json)
+    assert created.status_code == 201, created.text
+
+
 def test_unknown_targets(client: httpx.Client) -> None:
     assert_problem(client.post("/v1/deployments/no/such/predictions", json={"input": {}}), 404)
     assert_problem(client.post("/v1/models/no/such/predictions", json={"input": {}}), 404)
