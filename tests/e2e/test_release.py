@@ -75,7 +75,8 @@ def test_a_new_version_drains_the_old_versions_queue(
 
     before = create("before")
     assert wait_status(client, before)["version"] == blue
-    long = create("long", n=60, delay=0.05)  # blue's one slot is busy for 3 s
+    # Blue's one slot is busy for 5 s: seen processing (written after 1 s) well before its end.
+    long = create("long", n=100, delay=0.05)
     wait_for(
         lambda: client.get(f"/v1/predictions/{long}").json()["status"] == "processing",
         "the long one running",

@@ -208,7 +208,8 @@ def test_a_trainer_director_killed_mid_training_costs_a_run(
     with cog_server(TRAINER, logdir, train=True) as trainer:
         lease = {"job_kind": "training", "visibility_timeout": "3"}
         first = launcher.director(f"{team.owner}/words", trainer, **lease)
-        training = _create(team, "encore", steps=30, delay=0.1)
+        # 5 s: seen processing (written after 1 s) well before its end.
+        training = _create(team, "encore", steps=50, delay=0.1)
 
         def running() -> bool:
             return team.official.trainings.get(training.id).status == "processing"
