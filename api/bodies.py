@@ -8,7 +8,6 @@ OpenAPI document still names the model (``api.openapi.request_body``).
 
 from __future__ import annotations
 
-import email.message
 import json
 from typing import Any, TypeVar
 
@@ -49,15 +48,11 @@ async def read_body(request: Request, model: type[Body]) -> Body:
 
 
 def _is_json(content_type: str | None) -> bool:
-    """``application/json`` or ``application/*+json``, as FastAPI reads a declared body (its
-    strict content type: no Content-Type is no JSON)."""
-    if not content_type:
-        return False
-    message = email.message.Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (
-        subtype == "json" or subtype.endswith("+json")
+    """``application/json`` or ``application/*+json``, parameters aside, as FastAPI reads a
+    declared body (its strict content type: no Content-Type is no JSON)."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (
+        media.startswith("application/") and media.endswith("+json")
     )
 
 

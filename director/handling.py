@@ -32,9 +32,10 @@ from director.settings import DirectorSettings
 from protocol.client import RunnerClient
 from protocol.feed import SnapshotFeed
 from tracker.ledger import Ledger
+from tracker.publishing import Publishing
 from tracker.run_output import Caps
 from tracker.states import Lifecycle, Status
-from tracker.tracker import AttemptTracker, Publishing, UnrecordableResult
+from tracker.tracker import AttemptTracker, UnrecordableResult
 
 log = logging.getLogger(__name__)
 

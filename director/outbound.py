@@ -13,9 +13,9 @@ from tracker.deliveries import Dispatcher, wants
 from tracker.events import EventLog
 from tracker.fence import Fence
 from tracker.intermediate import IntermediateSender, SendSlots
+from tracker.publishing import Publishing
 from tracker.render import PredictionLinks
 from tracker.tables import Account
-from tracker.tracker import Publishing
 from tracker.webhooks import WebhookPolicy
 
 INTERMEDIATE_EVENTS = ("start", "output", "logs")

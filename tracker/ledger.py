@@ -18,9 +18,10 @@ from sqlalchemy.engine import RowMapping
 from protocol.capabilities import UNKNOWN_HARDWARE
 from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites
+from tracker.publishing import Publishing
 from tracker.run_output import Caps
 from tracker.states import Lifecycle
-from tracker.tracker import AttemptTracker, Publishing
+from tracker.tracker import AttemptTracker
 
 
 class Ledger:

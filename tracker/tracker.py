@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -32,11 +31,11 @@ from protocol.capabilities import UNKNOWN_HARDWARE
 from protocol.timings import RunnerTimes
 from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites, ran
-from tracker.deliveries import Dispatcher, wants
-from tracker.events import EventLog, EventType
+from tracker.deliveries import wants
+from tracker.events import EventType
 from tracker.fence import Fence
-from tracker.intermediate import IntermediateSender
-from tracker.render import PredictionLinks, render_prediction, storable_text
+from tracker.publishing import Publishing
+from tracker.render import render_prediction, storable_text
 from tracker.run_output import Caps, RunOutput
 from tracker.states import Lifecycle, Status, check_transition
 
@@ -48,18 +47,6 @@ DATA_ERRORS = (DBAPIError, TypeError, ValueError)
 
 class UnrecordableResult(Exception):
     """Postgres refused even the failure recorded in place of a run's result."""
-
-
-@dataclass
-class Publishing:
-    """Where an attempt's changes go besides Postgres, and the fence they all pass: built once
-    per attempt, so the events and the intermediate webhooks ask the same lease."""
-
-    events: EventLog
-    links: PredictionLinks
-    fence: Fence
-    dispatcher: Dispatcher | None = None
-    webhooks: IntermediateSender | None = None
 
 
 class AttemptTracker:

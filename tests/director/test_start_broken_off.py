@@ -28,8 +28,9 @@ from tests.fixtures.predictions import inserted_prediction
 from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog
+from tracker.publishing import Publishing
 from tracker.render import PredictionLinks
-from tracker.tracker import AttemptTracker, Publishing
+from tracker.tracker import AttemptTracker
 
 
 class DyingRunner:

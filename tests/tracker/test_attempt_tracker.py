@@ -28,8 +28,9 @@ from tests.fixtures.waiting import apace
 from tracker import attempt_writes, store
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
+from tracker.publishing import Publishing
 from tracker.render import PredictionLinks
-from tracker.tracker import AttemptTracker, Publishing
+from tracker.tracker import AttemptTracker
 
 INTERVAL = 0.2
 

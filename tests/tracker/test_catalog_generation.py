@@ -52,8 +52,8 @@ async def test_reads_while_a_get_is_in_flight_share_the_next_one(redis: Redis) -
     # A change committed and announced by another process after the first GET was answered.
     await CatalogGeneration(redis).bump()
     later = [asyncio.ensure_future(generation.current()) for _ in range(20)]
-    await asyncio.sleep(0)  # one turn of the loop: each of them has begun its read
-    gets.release.set()
+    # Released after each of them has begun its read: their first steps are queued before it.
+    asyncio.get_running_loop().call_soon(gets.release.set)
     seen = await asyncio.gather(*later)
     assert await first == before
     # Every read that began after the bump sees it, from one GET sent after the first answered.

@@ -23,10 +23,11 @@ from tests.fixtures.predictions import inserted_prediction
 from tracker import attempt_writes
 from tracker.batch_writes import StateWrites
 from tracker.events import EventLog, EventType, events_key
+from tracker.publishing import Publishing
 from tracker.render import PredictionLinks
 from tracker.run_output import Caps
 from tracker.states import Status
-from tracker.tracker import AttemptTracker, Publishing, UnrecordableResult
+from tracker.tracker import AttemptTracker, UnrecordableResult
 
 
 @pytest.fixture

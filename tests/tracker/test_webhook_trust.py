@@ -31,11 +31,10 @@ from core.ssrf import (
     parse_cidrs,
     protocol_route,
 )
+from tests.fixtures import deliveries
 from tests.fixtures.dripping import dripping_receiver
-from tests.fixtures.predictions import new_predictions
 from tests.fixtures.servers import create_database
 from tests.fixtures.waiting import until
-from tracker import store
 from tracker.db import make_engine
 from tracker.deliveries import Dispatcher
 from tracker.fleet import FleetEntry, FleetRegistry, FleetView, RunnerState, runner_entry_id
@@ -267,22 +266,6 @@ async def db(trust_database: str) -> AsyncIterator[AsyncEngine]:
     await engine.dispose()
 
 
-async def _due_delivery(engine: AsyncEngine, url: str) -> str:
-    """One due ``completed`` delivery to ``url`` (stored before the fleet had the runner)."""
-    news = await new_predictions(engine, [{}], "trust")
-    await store.insert_predictions(engine, news)
-    delivery = "msg_" + uuid.uuid4().hex[:24]
-    async with engine.begin() as conn:
-        await conn.execute(
-            text(
-                "INSERT INTO webhook_deliveries (id, prediction_id, account_id, url, event, body)"
-                " VALUES (:id, :pid, :account, :url, 'completed', '{}')"
-            ),
-            {"id": delivery, "pid": news[0].id, "account": news[0].account_id, "url": url},
-        )
-    return delivery
-
-
 async def _outcome(engine: AsyncEngine, delivery: str) -> tuple[int, str | None]:
     async with engine.connect() as conn:
         row = (
@@ -310,7 +293,9 @@ async def test_the_dispatcher_refuses_a_runner_the_fleet_learnt_of_after_create(
     entry = _entry(f"http://127.0.0.1:{runner.port}")
     registry = FleetRegistry(redis, ttl=60)
     try:
-        delivery = await _due_delivery(db, f"http://localhost:{runner.port}/anything")
+        delivery = await deliveries.insert_delivery(
+            db, f"http://localhost:{runner.port}/anything", "trust"
+        )
         await registry.register(entry)
         policy = WebhookPolicy(allow=LOOPBACK, schedule=(3600.0,), poll_interval=0.1)
         async with open_session(policy) as session:
